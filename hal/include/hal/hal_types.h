@@ -1,0 +1,119 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* torch-hal public API: handles, enumerations and descriptors shared by all areas. */
+#ifndef HAL_TYPES_H
+#define HAL_TYPES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hal/hal_status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Handles --------------------------------------------------------------------------------
+ * Opaque, typed pointers. A handle passed after it was destroyed, or a handle of the wrong type,
+ * yields HAL_ERROR_INVALID_HANDLE. With HAL_LAYERS=validation that is guaranteed for every stale
+ * handle; without it, for handles destroyed recently (destroyed handles are quarantined before
+ * their memory is reused). */
+typedef struct hal_backend_s *hal_backend_t;
+typedef struct hal_device_s *hal_device_t;
+typedef struct hal_stream_s *hal_stream_t;
+typedef struct hal_event_s *hal_event_t;
+
+/* Every extensible descriptor starts with this header. `next` points to an optional chain of
+ * extension structs, each starting with the same header; unknown extensions are ignored. */
+typedef struct hal_ext_header {
+    size_t struct_size;
+    const void *next;
+} hal_ext_header_t;
+
+/* ---- Memory kinds -------------------------------------------------------------------------- */
+typedef enum hal_mem_kind {
+    HAL_MEM_KIND_UNREGISTERED = 0, /* not allocated through the HAL (pageable host memory) */
+    HAL_MEM_KIND_DEVICE = 1,       /* device memory; host-dereferenceable only if the device
+                                      property host_addressable is set */
+    HAL_MEM_KIND_HOST_PINNED = 2,  /* page-locked host memory usable for async copies */
+    HAL_MEM_KIND_SHARED = 3,       /* optional: memory addressable by host and device
+                                      (HAL_DEVICE_CAP_SHARED_MEMORY) */
+    HAL_MEM_KIND_FORCE_U32 = 0x7fffffff
+} hal_mem_kind_t;
+
+/* ---- Device capabilities (bits of hal_device_properties_t.capabilities) -------------------- */
+#define HAL_DEVICE_CAP_SHARED_MEMORY  (UINT64_C(1) << 0) /* hal_mem_alloc(HAL_MEM_KIND_SHARED) */
+#define HAL_DEVICE_CAP_TIMING_EVENTS  (UINT64_C(1) << 1) /* HAL_EVENT_FLAG_TIMING */
+#define HAL_DEVICE_CAP_HOST_CALLBACKS (UINT64_C(1) << 2) /* hal_stream_add_callback */
+#define HAL_DEVICE_CAP_PEER_COPY      (UINT64_C(1) << 3) /* device-to-device copies across devices */
+#define HAL_DEVICE_CAP_STREAM_FREE    (UINT64_C(1) << 4) /* native stream-ordered free */
+
+#define HAL_DEVICE_NAME_MAX   256
+#define HAL_DEVICE_VENDOR_MAX 64
+#define HAL_BACKEND_NAME_MAX  64
+
+/* Device properties. Set struct_size = sizeof(hal_device_properties_t) (or use
+ * HAL_DEVICE_PROPERTIES_INIT); fields past struct_size are not written. */
+typedef struct hal_device_properties {
+    size_t struct_size;
+    const void *next;
+    char name[HAL_DEVICE_NAME_MAX];     /* e.g. "cpu virtual device 0", "NeuronCore-v2 (trn1)" */
+    char vendor[HAL_DEVICE_VENDOR_MAX]; /* e.g. "torch-hal", "AWS", "NVIDIA" */
+    uint32_t index;                     /* ordinal within its backend */
+    uint32_t host_addressable;          /* 1: the host may dereference device pointers */
+    uint64_t total_memory;              /* bytes of device memory */
+    uint64_t capabilities;              /* HAL_DEVICE_CAP_* bits */
+    /* Stream priorities follow CUDA: a numerically lower value is a higher priority. Valid
+     * priorities are greatest <= p <= least; 0 is the default and always valid. */
+    int32_t stream_priority_least;
+    int32_t stream_priority_greatest;
+    uint32_t alignment; /* guaranteed minimum alignment of allocations, bytes */
+    uint32_t reserved;
+} hal_device_properties_t;
+
+#define HAL_DEVICE_PROPERTIES_INIT {sizeof(hal_device_properties_t), NULL}
+
+/* What the HAL knows about a pointer (hal_mem_get_info). */
+typedef struct hal_mem_info {
+    size_t struct_size;
+    const void *next;
+    hal_mem_kind_t kind; /* HAL_MEM_KIND_UNREGISTERED if the pointer is not in any allocation */
+    uint32_t reserved;
+    hal_device_t device; /* owning device; NULL when unregistered */
+    void *base;          /* start of the allocation containing the pointer */
+    size_t size;         /* size of that allocation as requested */
+} hal_mem_info_t;
+
+#define HAL_MEM_INFO_INIT {sizeof(hal_mem_info_t), NULL, HAL_MEM_KIND_UNREGISTERED, 0, NULL, NULL, 0}
+
+/* Per-device memory statistics (hal_device_get_mem_stats): raw allocations made through
+ * hal_mem_alloc on this device, all kinds counted separately. */
+typedef struct hal_mem_stats {
+    size_t struct_size;
+    const void *next;
+    uint64_t device_bytes_in_use;
+    uint64_t device_peak_bytes_in_use;
+    uint64_t device_allocations; /* live device allocations */
+    uint64_t host_pinned_bytes_in_use;
+    uint64_t shared_bytes_in_use;
+    uint64_t total_alloc_calls; /* successful hal_mem_alloc calls, all kinds */
+    uint64_t total_free_calls;  /* successful hal_mem_free / hal_mem_free_async calls */
+    uint64_t device_bytes_limit; /* capacity of device memory */
+    uint64_t device_bytes_free;  /* capacity minus what the backend holds, as it reports */
+} hal_mem_stats_t;
+
+#define HAL_MEM_STATS_INIT {sizeof(hal_mem_stats_t), NULL}
+
+/* ---- Events -------------------------------------------------------------------------------- */
+#define HAL_EVENT_FLAG_NONE   0u
+#define HAL_EVENT_FLAG_TIMING (1u << 0) /* record timestamps for hal_event_elapsed_ms */
+
+/* Host callback run by a stream (hal_stream_add_callback). `stream_status` is HAL_OK, or the
+ * error latched on the stream before the callback's turn came. */
+typedef void (*hal_host_fn_t)(hal_status_t stream_status, void *user_data);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* HAL_TYPES_H */

@@ -1,0 +1,26 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* torch-hal public API: version numbers. */
+#ifndef HAL_VERSION_H
+#define HAL_VERSION_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A version packs a 16-bit major and a 16-bit minor number. Minor versions only append
+ * (functions, ops-table slots, struct fields); a major version change breaks the ABI. */
+#define HAL_MAKE_VERSION(major, minor) ((uint32_t)(((uint32_t)(major) << 16) | ((minor)&0xffffu)))
+#define HAL_VERSION_MAJOR(version)     ((uint32_t)(version) >> 16)
+#define HAL_VERSION_MINOR(version)     ((uint32_t)(version)&0xffffu)
+
+#define HAL_API_VERSION_MAJOR 1
+#define HAL_API_VERSION_MINOR 0
+#define HAL_API_VERSION       HAL_MAKE_VERSION(HAL_API_VERSION_MAJOR, HAL_API_VERSION_MINOR)
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* HAL_VERSION_H */

@@ -1,0 +1,207 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Internal to the HAL core: object layouts, handle checks and error reporting. */
+#ifndef HAL_SRC_CORE_H
+#define HAL_SRC_CORE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "hal/hal.h"
+#include "hal/hal_backend_abi.h"
+
+/* Every handle starts with a magic number naming its type. A destroyed handle's magic is set to
+ * HAL_MAGIC_DEAD before its memory goes to the quarantine (see handle_pool.c). */
+enum {
+    HAL_MAGIC_BACKEND = 0x48424b31, /* "HBK1" */
+    HAL_MAGIC_DEVICE = 0x48445631,  /* "HDV1" */
+    HAL_MAGIC_STREAM = 0x48535431,  /* "HST1" */
+    HAL_MAGIC_EVENT = 0x48455631,   /* "HEV1" */
+    HAL_MAGIC_ALLOCATOR = 0x48414c31,
+    HAL_MAGIC_DEAD = 0x44454144, /* "DEAD" */
+};
+
+typedef struct hal_object {
+    uint32_t magic;
+    uint32_t dead_type; /* the magic it had before it was destroyed (for messages) */
+} hal_object_t;
+
+struct hal_backend_s {
+    hal_object_t obj;
+    const hal_backend_ops_t *ops; /* full-size copy of the backend's table */
+    void *impl;
+    bool validate; /* HAL_LAYERS=validation */
+    int refcount;  /* guarded by the loader's lock */
+    void *dl;
+    char path[4096];
+    hal_backend_ops_t ops_storage;
+    uint32_t device_count;
+    struct hal_device_s **devices;
+    struct hal_backend_s *next_open;
+};
+
+typedef struct hal_live_list {
+    struct hal_live_link *head;
+} hal_live_list_t;
+
+typedef struct hal_live_link {
+    struct hal_live_link *prev, *next;
+} hal_live_link_t;
+
+struct hal_device_s {
+    hal_object_t obj;
+    const hal_backend_ops_t *ops;
+    void *impl;
+    struct hal_backend_s *backend;
+    uint32_t index;
+    struct hal_stream_s *default_stream;
+    hal_device_properties_t props; /* cached at open */
+    pthread_mutex_t lock;          /* guards the live lists */
+    hal_live_link_t streams;       /* circular list sentinel */
+    hal_live_link_t events;
+    /* raw allocation statistics */
+    _Atomic uint64_t device_bytes, device_peak, device_allocs, pinned_bytes, shared_bytes;
+    _Atomic uint64_t alloc_calls, free_calls;
+};
+
+struct hal_stream_s {
+    hal_object_t obj;
+    const hal_backend_ops_t *ops;
+    void *impl;
+    struct hal_device_s *device;
+    int32_t priority;
+    bool is_default;
+    hal_live_link_t link;
+};
+
+struct hal_event_s {
+    hal_object_t obj;
+    const hal_backend_ops_t *ops;
+    void *impl;
+    struct hal_device_s *device;
+    uint32_t flags;
+    hal_live_link_t link;
+};
+
+/* ---- errors (status.c) ---- */
+
+/* Records "<backend>: <call>: <formatted detail>" as the calling thread's last error and returns
+ * status. backend may be NULL ("hal"). */
+hal_status_t hal_error(hal_status_t status, const char *backend, const char *call, const char *fmt,
+                       ...) __attribute__((format(printf, 4, 5)));
+
+/* After a backend slot returned `status`, prefixes the detail the backend left through
+ * host->set_error (or the status name) with backend and call names. */
+hal_status_t hal_backend_error(hal_status_t status, const hal_backend_ops_t *ops, const char *call);
+
+/* host->set_error for backends. */
+void hal_host_set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- handle checks ---- */
+
+/* Explains why `h` is not a live object of type `magic`. Cold path. */
+hal_status_t hal_bad_handle(const void *h, uint32_t magic, const char *type, const char *call);
+
+#define HAL_LIKELY(x)   __builtin_expect(!!(x), 1)
+#define HAL_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+#define HAL_CHECK_HANDLE(h, MAGIC, type, call)                                                     \
+    do {                                                                                           \
+        if (HAL_UNLIKELY((h) == NULL || ((const hal_object_t *)(h))->magic != (MAGIC)))            \
+            return hal_bad_handle((h), (MAGIC), (type), (call));                                   \
+    } while (0)
+
+#define HAL_CHECK_BACKEND(h, call) HAL_CHECK_HANDLE(h, HAL_MAGIC_BACKEND, "hal_backend_t", call)
+#define HAL_CHECK_DEVICE(h, call)  HAL_CHECK_HANDLE(h, HAL_MAGIC_DEVICE, "hal_device_t", call)
+#define HAL_CHECK_STREAM(h, call)  HAL_CHECK_HANDLE(h, HAL_MAGIC_STREAM, "hal_stream_t", call)
+#define HAL_CHECK_EVENT(h, call)   HAL_CHECK_HANDLE(h, HAL_MAGIC_EVENT, "hal_event_t", call)
+
+/* Propagates a non-OK status. */
+#define HAL_CHECK(expr)                                                                            \
+    do {                                                                                           \
+        hal_status_t hal_check_status_ = (expr);                                                   \
+        if (hal_check_status_ != HAL_OK)                                                           \
+            return hal_check_status_;                                                              \
+    } while (0)
+
+/* Stores a non-OK status in `st` and jumps to `label`. */
+#define HAL_CHECK_GOTO(expr, st, label)                                                            \
+    do {                                                                                           \
+        (st) = (expr);                                                                             \
+        if ((st) != HAL_OK)                                                                        \
+            goto label;                                                                            \
+    } while (0)
+
+/* Calls a slot, or reports HAL_ERROR_UNSUPPORTED if the backend left it empty. */
+#define HAL_SLOT_CALL(ops, slot, call, ...)                                                        \
+    (HAL_LIKELY((ops)->slot != NULL) ? (ops)->slot(__VA_ARGS__)                                    \
+                                     : hal_error(HAL_ERROR_UNSUPPORTED, (ops)->name, (call),       \
+                                                 "the backend does not implement " #slot))
+
+/* Like HAL_SLOT_CALL, and adds the names to a backend's error. */
+static inline hal_status_t hal_finish(hal_status_t st, const hal_backend_ops_t *ops,
+                                      const char *call)
+{
+    if (HAL_LIKELY(st == HAL_OK || st == HAL_NOT_READY))
+        return st;
+    return hal_backend_error(st, ops, call);
+}
+
+/* ---- handle memory (handle_pool.c) ---- */
+
+/* Allocates zeroed memory for a handle of `size` bytes (<= HAL_HANDLE_MAX_SIZE). */
+void *hal_handle_alloc(size_t size);
+/* Marks a handle dead and quarantines its memory; with keep_forever it is never reused. */
+void hal_handle_release(void *handle, bool keep_forever);
+#define HAL_HANDLE_MAX_SIZE 1024
+
+/* ---- live lists ---- */
+void hal_live_init(hal_live_link_t *sentinel);
+void hal_live_insert(hal_live_link_t *sentinel, hal_live_link_t *link);
+void hal_live_remove(hal_live_link_t *link);
+
+#define HAL_CONTAINER_OF(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
+
+/* ---- allocation map (mem_map.c) ---- */
+typedef struct hal_alloc_record {
+    char *base;
+    size_t size;
+    hal_mem_kind_t kind;
+    struct hal_device_s *device;
+    void *cookie;
+    bool free_pending; /* a stream-ordered free is queued */
+} hal_alloc_record_t;
+
+/* Inserts a record (copied). Returns HAL_ERROR_OUT_OF_HOST_MEMORY or HAL_ERROR_INTERNAL if the
+ * range overlaps a live one. */
+hal_status_t hal_mem_map_insert(const hal_alloc_record_t *record);
+/* Finds the record whose range contains ptr (or whose base is ptr for empty ranges); copies it
+ * out. Returns false if none. */
+bool hal_mem_map_lookup(const void *ptr, hal_alloc_record_t *out);
+/* Removes the record with exactly this base if it is live and not pending; copies it out. With
+ * mark_pending, the record stays and is flagged free_pending instead. */
+bool hal_mem_map_take(const void *base, bool mark_pending, hal_alloc_record_t *out);
+/* Removes and returns (via callback) every record belonging to `device`. */
+void hal_mem_map_drain_device(struct hal_device_s *device,
+                              void (*fn)(const hal_alloc_record_t *record, void *ctx), void *ctx);
+
+/* Frees a record's memory through its backend and updates statistics. */
+hal_status_t hal_mem_release_record(const hal_alloc_record_t *record, const char *call);
+
+/* ---- validation layer (layers/validation.c) ---- */
+void hal_validation_on_free_failure(const void *ptr, const char *call);
+void hal_validation_note_freed(const void *ptr);
+void hal_validation_report_leak(const char *backend, const char *what, const void *handle,
+                                size_t bytes);
+
+/* ---- devices (device.c) ---- */
+hal_status_t hal_device_open_all(struct hal_backend_s *backend);
+void hal_device_close_all(struct hal_backend_s *backend);
+
+/* ---- streams and events (stream.c / event.c) ---- */
+hal_status_t hal_stream_create_internal(struct hal_device_s *device, int32_t priority,
+                                        bool is_default, hal_stream_t *out);
+void hal_stream_destroy_internal(struct hal_stream_s *stream);
+void hal_event_destroy_internal(struct hal_event_s *event);
+
+#endif /* HAL_SRC_CORE_H */
