@@ -105,10 +105,10 @@ hal_status_t hal_bad_handle(const void *h, uint32_t magic, const char *type, con
 #define HAL_LIKELY(x)   __builtin_expect(!!(x), 1)
 #define HAL_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
-#define HAL_CHECK_HANDLE(h, MAGIC, type, call)                                                     \
-    do {                                                                                           \
-        if (HAL_UNLIKELY((h) == NULL || ((const hal_object_t *)(h))->magic != (MAGIC)))            \
-            return hal_bad_handle((h), (MAGIC), (type), (call));                                   \
+#define HAL_CHECK_HANDLE(h, MAGIC, type, call)                                          \
+    do {                                                                                \
+        if (HAL_UNLIKELY((h) == NULL || ((const hal_object_t *)(h))->magic != (MAGIC))) \
+            return hal_bad_handle((h), (MAGIC), (type), (call));                        \
     } while (0)
 
 #define HAL_CHECK_BACKEND(h, call) HAL_CHECK_HANDLE(h, HAL_MAGIC_BACKEND, "hal_backend_t", call)
@@ -117,25 +117,25 @@ hal_status_t hal_bad_handle(const void *h, uint32_t magic, const char *type, con
 #define HAL_CHECK_EVENT(h, call)   HAL_CHECK_HANDLE(h, HAL_MAGIC_EVENT, "hal_event_t", call)
 
 /* Propagates a non-OK status. */
-#define HAL_CHECK(expr)                                                                            \
-    do {                                                                                           \
-        hal_status_t hal_check_status_ = (expr);                                                   \
-        if (hal_check_status_ != HAL_OK)                                                           \
-            return hal_check_status_;                                                              \
+#define HAL_CHECK(expr)                          \
+    do {                                         \
+        hal_status_t hal_check_status_ = (expr); \
+        if (hal_check_status_ != HAL_OK)         \
+            return hal_check_status_;            \
     } while (0)
 
 /* Stores a non-OK status in `st` and jumps to `label`. */
-#define HAL_CHECK_GOTO(expr, st, label)                                                            \
-    do {                                                                                           \
-        (st) = (expr);                                                                             \
-        if ((st) != HAL_OK)                                                                        \
-            goto label;                                                                            \
+#define HAL_CHECK_GOTO(expr, st, label) \
+    do {                                \
+        (st) = (expr);                  \
+        if ((st) != HAL_OK)             \
+            goto label;                 \
     } while (0)
 
 /* Calls a slot, or reports HAL_ERROR_UNSUPPORTED if the backend left it empty. */
-#define HAL_SLOT_CALL(ops, slot, call, ...)                                                        \
-    (HAL_LIKELY((ops)->slot != NULL) ? (ops)->slot(__VA_ARGS__)                                    \
-                                     : hal_error(HAL_ERROR_UNSUPPORTED, (ops)->name, (call),       \
+#define HAL_SLOT_CALL(ops, slot, call, ...)                                                  \
+    (HAL_LIKELY((ops)->slot != NULL) ? (ops)->slot(__VA_ARGS__)                              \
+                                     : hal_error(HAL_ERROR_UNSUPPORTED, (ops)->name, (call), \
                                                  "the backend does not implement " #slot))
 
 /* Like HAL_SLOT_CALL, and adds the names to a backend's error. */
@@ -175,12 +175,13 @@ typedef struct hal_alloc_record {
 /* Inserts a record (copied). Returns HAL_ERROR_OUT_OF_HOST_MEMORY or HAL_ERROR_INTERNAL if the
  * range overlaps a live one. */
 hal_status_t hal_mem_map_insert(const hal_alloc_record_t *record);
-/* Finds the record whose range contains ptr (or whose base is ptr for empty ranges); copies it
- * out. Returns false if none. */
+/* Finds the record whose range contains ptr; copies it out. Returns false if none. */
 bool hal_mem_map_lookup(const void *ptr, hal_alloc_record_t *out);
 /* Removes the record with exactly this base if it is live and not pending; copies it out. With
  * mark_pending, the record stays and is flagged free_pending instead. */
 bool hal_mem_map_take(const void *base, bool mark_pending, hal_alloc_record_t *out);
+/* Removes the record with this base even if a deferred free flagged it. */
+bool hal_mem_map_remove(const void *base);
 /* Removes and returns (via callback) every record belonging to `device`. */
 void hal_mem_map_drain_device(struct hal_device_s *device,
                               void (*fn)(const hal_alloc_record_t *record, void *ctx), void *ctx);

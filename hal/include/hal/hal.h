@@ -9,6 +9,8 @@
 #ifndef HAL_HAL_H
 #define HAL_HAL_H
 
+/* Fixed order: version, status codes, handles and descriptors, then the functions by area. */
+/* clang-format off */
 #include "hal/hal_version.h"
 #include "hal/hal_status.h"
 #include "hal/hal_types.h"
@@ -17,5 +19,6 @@
 #include "hal/hal_memory.h"
 #include "hal/hal_stream.h"
 #include "hal/hal_allocator.h"
+/* clang-format on */
 
 #endif /* HAL_HAL_H */

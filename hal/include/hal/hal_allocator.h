@@ -19,14 +19,17 @@ typedef struct hal_allocator_s *hal_allocator_t;
 typedef struct hal_allocator_config {
     size_t struct_size;
     const void *next;
-    hal_mem_kind_t kind;     /* HAL_MEM_KIND_DEVICE (default), _HOST_PINNED or _SHARED */
+    hal_mem_kind_t kind; /* HAL_MEM_KIND_DEVICE (default), _HOST_PINNED or _SHARED */
     uint32_t reserved;
-    size_t max_split_size;   /* blocks above this are never split; 0 = no limit */
-    size_t small_segment;    /* segment size serving requests <= 1 MiB; 0 = 2 MiB */
-    size_t large_round;      /* larger segments are rounded up to this; 0 = 2 MiB */
+    size_t max_split_size; /* blocks above this are never split; 0 = no limit */
+    size_t small_segment;  /* segment size serving requests <= 1 MiB; 0 = 2 MiB */
+    size_t large_round;    /* larger segments are rounded up to this; 0 = 2 MiB */
 } hal_allocator_config_t;
 
-#define HAL_ALLOCATOR_CONFIG_INIT {sizeof(hal_allocator_config_t), NULL, HAL_MEM_KIND_DEVICE, 0, 0, 0, 0}
+#define HAL_ALLOCATOR_CONFIG_INIT                                             \
+    {                                                                         \
+        sizeof(hal_allocator_config_t), NULL, HAL_MEM_KIND_DEVICE, 0, 0, 0, 0 \
+    }
 
 typedef struct hal_allocator_stats {
     size_t struct_size;
@@ -36,20 +39,23 @@ typedef struct hal_allocator_stats {
     uint64_t reserved_bytes;       /* bytes in segments obtained from the device */
     uint64_t peak_allocated_bytes; /* since creation or the last reset */
     uint64_t peak_reserved_bytes;
-    uint64_t alloc_count;          /* successful hal_allocator_alloc calls */
+    uint64_t alloc_count; /* successful hal_allocator_alloc calls */
     uint64_t free_count;
-    uint64_t segment_alloc_count;  /* hal_mem_alloc calls made */
+    uint64_t segment_alloc_count; /* hal_mem_alloc calls made */
     uint64_t segment_free_count;
-    uint64_t cache_hits;           /* allocations served without hal_mem_alloc */
-    uint64_t oom_count;            /* allocations that failed for lack of memory */
+    uint64_t cache_hits; /* allocations served without hal_mem_alloc */
+    uint64_t oom_count;  /* allocations that failed for lack of memory */
     uint64_t active_blocks;
-    uint64_t cached_blocks;        /* free blocks held in the cache */
+    uint64_t cached_blocks; /* free blocks held in the cache */
     uint64_t cached_bytes;
     uint64_t largest_cached_block;
-    double fragmentation;          /* 1 - largest_cached_block / cached_bytes (0 if none) */
+    double fragmentation; /* 1 - largest_cached_block / cached_bytes (0 if none) */
 } hal_allocator_stats_t;
 
-#define HAL_ALLOCATOR_STATS_INIT {sizeof(hal_allocator_stats_t), NULL}
+#define HAL_ALLOCATOR_STATS_INIT            \
+    {                                       \
+        sizeof(hal_allocator_stats_t), NULL \
+    }
 
 /* Creates an allocator.
  * [in]  device  the device whose memory is cached.

@@ -52,8 +52,7 @@ hal_status_t hal_backend_close(hal_backend_t backend);
 typedef struct hal_backend_name {
     char name[HAL_BACKEND_NAME_MAX];
 } hal_backend_name_t;
-hal_status_t hal_backend_list_available(hal_backend_name_t *names, size_t capacity,
-                                        size_t *count);
+hal_status_t hal_backend_list_available(hal_backend_name_t *names, size_t capacity, size_t *count);
 
 /* Reports a backend's identity.
  * [in]  backend      the handle.

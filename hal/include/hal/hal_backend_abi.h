@@ -29,10 +29,10 @@ typedef struct hal_backend_ptr {
     void *ptr;           /* the address the application passed */
     hal_mem_kind_t kind; /* kind of the containing allocation */
     uint32_t reserved;
-    void *device; /* backend device object that allocated it */
-    void *base;   /* start of the allocation */
-    size_t size;  /* size of the allocation */
-    void *cookie; /* what mem_alloc returned for the allocation (e.g. a native buffer object) */
+    void *device;  /* backend device object that allocated it */
+    void *base;    /* start of the allocation */
+    size_t size;   /* size of the allocation */
+    void *cookie;  /* what mem_alloc returned for the allocation (e.g. a native buffer object) */
     size_t offset; /* ptr - base */
 } hal_backend_ptr_t;
 

@@ -22,8 +22,8 @@ extern "C" {
  * alignment); HAL_ERROR_UNSUPPORTED (kind not supported by the device);
  * HAL_ERROR_OUT_OF_DEVICE_MEMORY; HAL_ERROR_OUT_OF_HOST_MEMORY.
  * Thread safety: safe. */
-hal_status_t hal_mem_alloc(hal_device_t device, hal_mem_kind_t kind, size_t size,
-                           size_t alignment, void **ptr);
+hal_status_t hal_mem_alloc(hal_device_t device, hal_mem_kind_t kind, size_t size, size_t alignment,
+                           void **ptr);
 
 /* Frees an allocation. Like cudaFree it first waits for all work on the owning device, so it is
  * safe while copies are still queued; use hal_mem_free_async or a caching allocator on hot

@@ -71,7 +71,10 @@ typedef struct hal_device_properties {
     uint32_t reserved;
 } hal_device_properties_t;
 
-#define HAL_DEVICE_PROPERTIES_INIT {sizeof(hal_device_properties_t), NULL}
+#define HAL_DEVICE_PROPERTIES_INIT            \
+    {                                         \
+        sizeof(hal_device_properties_t), NULL \
+    }
 
 /* What the HAL knows about a pointer (hal_mem_get_info). */
 typedef struct hal_mem_info {
@@ -84,7 +87,10 @@ typedef struct hal_mem_info {
     size_t size;         /* size of that allocation as requested */
 } hal_mem_info_t;
 
-#define HAL_MEM_INFO_INIT {sizeof(hal_mem_info_t), NULL, HAL_MEM_KIND_UNREGISTERED, 0, NULL, NULL, 0}
+#define HAL_MEM_INFO_INIT                                                         \
+    {                                                                             \
+        sizeof(hal_mem_info_t), NULL, HAL_MEM_KIND_UNREGISTERED, 0, NULL, NULL, 0 \
+    }
 
 /* Per-device memory statistics (hal_device_get_mem_stats): raw allocations made through
  * hal_mem_alloc on this device, all kinds counted separately. */
@@ -96,13 +102,16 @@ typedef struct hal_mem_stats {
     uint64_t device_allocations; /* live device allocations */
     uint64_t host_pinned_bytes_in_use;
     uint64_t shared_bytes_in_use;
-    uint64_t total_alloc_calls; /* successful hal_mem_alloc calls, all kinds */
-    uint64_t total_free_calls;  /* successful hal_mem_free / hal_mem_free_async calls */
+    uint64_t total_alloc_calls;  /* successful hal_mem_alloc calls, all kinds */
+    uint64_t total_free_calls;   /* successful hal_mem_free / hal_mem_free_async calls */
     uint64_t device_bytes_limit; /* capacity of device memory */
     uint64_t device_bytes_free;  /* capacity minus what the backend holds, as it reports */
 } hal_mem_stats_t;
 
-#define HAL_MEM_STATS_INIT {sizeof(hal_mem_stats_t), NULL}
+#define HAL_MEM_STATS_INIT            \
+    {                                 \
+        sizeof(hal_mem_stats_t), NULL \
+    }
 
 /* ---- Events -------------------------------------------------------------------------------- */
 #define HAL_EVENT_FLAG_NONE   0u

@@ -1,0 +1,220 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* cpu backend: entry point, ops table, initialisation, devices and their properties. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hal_backends/cpu/cpu_internal.h"
+
+/* Records a failure detail through the host services. The services only take a format, so the
+ * detail is formatted here and passed through "%s". */
+void cpu_set_error(const cpu_backend_t *backend, const char *fmt, ...)
+{
+    const hal_host_services_t *host = backend != NULL ? backend->host : NULL;
+    if (host == NULL ||
+        host->struct_size < offsetof(hal_host_services_t, set_error) + sizeof(host->set_error) ||
+        host->set_error == NULL)
+        return;
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    host->set_error("%s", buf);
+}
+
+/* Names a status for messages; the core's hal_status_string is not available to a backend. */
+const char *cpu_status_name(hal_status_t status)
+{
+    static const char *const names[] = {
+        "HAL_OK",
+        "HAL_NOT_READY",
+        "HAL_IN_PROGRESS",
+        "HAL_ERROR_INVALID_ARGUMENT",
+        "HAL_ERROR_INVALID_HANDLE",
+        "HAL_ERROR_UNSUPPORTED",
+        "HAL_ERROR_OUT_OF_DEVICE_MEMORY",
+        "HAL_ERROR_OUT_OF_HOST_MEMORY",
+        "HAL_ERROR_NOT_FOUND",
+        "HAL_ERROR_VERSION_MISMATCH",
+        "HAL_ERROR_PERMISSION_DENIED",
+        "HAL_ERROR_TIMEOUT",
+        "HAL_ERROR_DEVICE_LOST",
+        "HAL_ERROR_REMOTE",
+        "HAL_ERROR_ABORTED",
+        "HAL_ERROR_BUSY",
+        "HAL_ERROR_INTERNAL",
+        "HAL_ERROR_BACKEND_SPECIFIC",
+    };
+    if ((unsigned)status < sizeof(names) / sizeof(names[0]))
+        return names[status];
+    return "HAL_STATUS_UNKNOWN";
+}
+
+static hal_status_t cpu_init(const hal_host_services_t *host, void **out)
+{
+    cpu_backend_t tmp = { .host = host };
+    char msg[CPU_ENV_MSG_MAX];
+    hal_status_t st = cpu_config_load(&tmp.config, msg, sizeof(msg));
+    if (st != HAL_OK) {
+        cpu_set_error(&tmp, "%s", msg);
+        return st;
+    }
+    cpu_backend_t *backend = malloc(sizeof(*backend));
+    if (backend == NULL) {
+        cpu_set_error(&tmp, "malloc(%zu) failed for the backend object", sizeof(*backend));
+        return HAL_ERROR_OUT_OF_HOST_MEMORY;
+    }
+    *backend = tmp;
+    *out = backend;
+    return HAL_OK;
+}
+
+static void cpu_fini(void *backend)
+{
+    free(backend);
+}
+
+static hal_status_t cpu_device_count(void *backend, uint32_t *count)
+{
+    *count = ((cpu_backend_t *)backend)->config.devices;
+    return HAL_OK;
+}
+
+static hal_status_t cpu_device_open(void *backend_, uint32_t index, void **out)
+{
+    cpu_backend_t *backend = backend_;
+    if (index >= backend->config.devices) {
+        cpu_set_error(backend, "device index %u out of range (%u devices, %s)", index,
+                      backend->config.devices, CPU_ENV_DEVICES);
+        return HAL_ERROR_INVALID_ARGUMENT;
+    }
+    cpu_device_t *device = calloc(1, sizeof(*device));
+    if (device == NULL) {
+        cpu_set_error(backend, "calloc(%zu) failed for device %u", sizeof(*device), index);
+        return HAL_ERROR_OUT_OF_HOST_MEMORY;
+    }
+    device->backend = backend;
+    device->index = index;
+    device->capacity = backend->config.capacity;
+    atomic_init(&device->used, 0);
+    hal_status_t st = cpu_sched_init(&device->sched, backend->config.concurrency,
+                                     backend->config.spin_us);
+    if (st != HAL_OK) {
+        cpu_set_error(backend, "pthread_mutex_init failed for the scheduler of device %u", index);
+        goto out_free_device;
+    }
+    if (pthread_mutex_init(&device->streams_lock, NULL) != 0) {
+        cpu_set_error(backend, "pthread_mutex_init failed for device %u", index);
+        st = HAL_ERROR_OUT_OF_HOST_MEMORY;
+        goto out_destroy_sched;
+    }
+    *out = device;
+    return HAL_OK;
+
+out_destroy_sched:
+    cpu_sched_destroy(&device->sched);
+out_free_device:
+    free(device);
+    return st;
+}
+
+static void cpu_device_close(void *device_)
+{
+    cpu_device_t *device = device_;
+    pthread_mutex_destroy(&device->streams_lock);
+    cpu_sched_destroy(&device->sched);
+    free(device);
+}
+
+/* Writes a field only if it lies inside the caller's struct_size. */
+#define CPU_PROPS_HAS(props, field)                                                                \
+    ((props)->struct_size >= offsetof(hal_device_properties_t, field) + sizeof((props)->field))
+
+static hal_status_t cpu_device_get_properties(void *device_, hal_device_properties_t *props)
+{
+    cpu_device_t *device = device_;
+    if (CPU_PROPS_HAS(props, name))
+        snprintf(props->name, sizeof(props->name), "cpu virtual device %u", device->index);
+    if (CPU_PROPS_HAS(props, vendor))
+        snprintf(props->vendor, sizeof(props->vendor), "torch-hal");
+    if (CPU_PROPS_HAS(props, index))
+        props->index = device->index;
+    if (CPU_PROPS_HAS(props, host_addressable))
+        props->host_addressable = 1;
+    if (CPU_PROPS_HAS(props, total_memory))
+        props->total_memory = device->capacity;
+    if (CPU_PROPS_HAS(props, capabilities))
+        props->capabilities = HAL_DEVICE_CAP_SHARED_MEMORY | HAL_DEVICE_CAP_TIMING_EVENTS |
+                              HAL_DEVICE_CAP_HOST_CALLBACKS | HAL_DEVICE_CAP_PEER_COPY;
+    if (CPU_PROPS_HAS(props, stream_priority_least))
+        props->stream_priority_least = CPU_PRIORITY_LEAST;
+    if (CPU_PROPS_HAS(props, stream_priority_greatest))
+        props->stream_priority_greatest = CPU_PRIORITY_GREATEST;
+    if (CPU_PROPS_HAS(props, alignment))
+        props->alignment = CPU_MIN_ALIGNMENT;
+    return HAL_OK;
+}
+
+static hal_status_t cpu_device_get_native_handle(void *device, uintptr_t *native)
+{
+    *native = ((cpu_device_t *)device)->index;
+    return HAL_OK;
+}
+
+static hal_status_t cpu_device_get_free_memory(void *device_, uint64_t *free_bytes)
+{
+    cpu_device_t *device = device_;
+    uint64_t used = atomic_load(&device->used);
+    *free_bytes = used < device->capacity ? device->capacity - used : 0;
+    return HAL_OK;
+}
+
+static const hal_backend_ops_t cpu_ops = {
+    .struct_size = sizeof(hal_backend_ops_t),
+    .api_version = HAL_API_VERSION,
+    .name = "cpu",
+    .device_type_name = "hal",
+    .init = cpu_init,
+    .fini = cpu_fini,
+    .device_count = cpu_device_count,
+    .device_open = cpu_device_open,
+    .device_close = cpu_device_close,
+    .device_get_properties = cpu_device_get_properties,
+    .device_synchronize = cpu_device_synchronize,
+    .device_get_native_handle = cpu_device_get_native_handle,
+    .device_get_free_memory = cpu_device_get_free_memory,
+    .mem_alloc = cpu_mem_alloc,
+    .mem_free = cpu_mem_free,
+    .memcpy_async = cpu_memcpy_async,
+    .memset_async = cpu_memset_async,
+    .stream_create = cpu_stream_create,
+    .stream_destroy = cpu_stream_destroy,
+    .stream_query = cpu_stream_query,
+    .stream_synchronize = cpu_stream_synchronize,
+    .stream_wait_event = cpu_stream_wait_event,
+    .stream_add_callback = cpu_stream_add_callback,
+    .stream_get_native_handle = cpu_stream_get_native_handle,
+    .event_create = cpu_event_create,
+    .event_destroy = cpu_event_destroy,
+    .event_record = cpu_event_record,
+    .event_query = cpu_event_query,
+    .event_synchronize = cpu_event_synchronize,
+    .event_elapsed_ms = cpu_event_elapsed_ms,
+    .event_get_native_handle = cpu_event_get_native_handle,
+    /* mem_free_async stays NULL: the core's callback-based fallback is exactly what this backend
+     * would do, and the device does not advertise HAL_DEVICE_CAP_STREAM_FREE. */
+    .mem_free_async = NULL,
+};
+
+/* The backend's one exported symbol: hands the loader the static ops table, if the loader speaks
+ * the same major ABI version. */
+HAL_BACKEND_EXPORT hal_status_t hal_backend_get_ops(uint32_t host_api_version,
+                                                    const hal_backend_ops_t **ops)
+{
+    if (HAL_VERSION_MAJOR(host_api_version) != HAL_API_VERSION_MAJOR)
+        return HAL_ERROR_VERSION_MISMATCH;
+    *ops = &cpu_ops;
+    return HAL_OK;
+}
