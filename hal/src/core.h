@@ -33,7 +33,7 @@ struct hal_backend_s {
     bool validate; /* HAL_LAYERS=validation */
     int refcount;  /* guarded by the loader's lock */
     void *dl;
-    char path[4096];
+    char *path; /* resolved library path, identifies the instance */
     hal_backend_ops_t ops_storage;
     uint32_t device_count;
     struct hal_device_s **devices;
@@ -132,13 +132,16 @@ hal_status_t hal_bad_handle(const void *h, uint32_t magic, const char *type, con
             goto label;                 \
     } while (0)
 
-/* Calls a slot, or reports HAL_ERROR_UNSUPPORTED if the backend left it empty. */
-#define HAL_SLOT_CALL(ops, slot, call, ...)                                                  \
-    (HAL_LIKELY((ops)->slot != NULL) ? (ops)->slot(__VA_ARGS__)                              \
-                                     : hal_error(HAL_ERROR_UNSUPPORTED, (ops)->name, (call), \
-                                                 "the backend does not implement " #slot))
+/* Leaves "the backend does not implement <slot>" as the backend's detail; returns
+ * HAL_ERROR_UNSUPPORTED. */
+hal_status_t hal_slot_missing(const char *slot);
 
-/* Like HAL_SLOT_CALL, and adds the names to a backend's error. */
+/* Calls a slot, or reports HAL_ERROR_UNSUPPORTED if the backend left it empty. The result must
+ * go through hal_finish (or hal_backend_error), which names the backend and the call. */
+#define HAL_SLOT_CALL(ops, slot, ...) \
+    (HAL_LIKELY((ops)->slot != NULL) ? (ops)->slot(__VA_ARGS__) : hal_slot_missing(#slot))
+
+/* Passes HAL_OK and HAL_NOT_READY through; names the backend and call in any error. */
 static inline hal_status_t hal_finish(hal_status_t st, const hal_backend_ops_t *ops,
                                       const char *call)
 {

@@ -6,6 +6,8 @@
 
 #include "hal/src/core.h"
 
+_Static_assert(sizeof(struct hal_device_s) <= HAL_HANDLE_MAX_SIZE, "handle size");
+
 static _Thread_local hal_device_t current_device;
 
 /* Closes one device: destroys what the application left (reporting it as leaked under the
@@ -80,10 +82,10 @@ hal_status_t hal_device_open_all(struct hal_backend_s *b)
         pthread_mutex_init(&d->lock, NULL);
         hal_live_init(&d->streams);
         hal_live_init(&d->events);
-        st = HAL_SLOT_CALL(ops, device_open, call, b->impl, i, &d->impl);
+        st = HAL_SLOT_CALL(ops, device_open, b->impl, i, &d->impl);
         if (st == HAL_OK) {
             d->props.struct_size = sizeof(d->props);
-            st = HAL_SLOT_CALL(ops, device_get_properties, call, d->impl, &d->props);
+            st = HAL_SLOT_CALL(ops, device_get_properties, d->impl, &d->props);
             d->props.struct_size = sizeof(d->props);
             d->props.next = NULL;
             d->props.index = i;
@@ -198,8 +200,8 @@ hal_status_t hal_device_synchronize(hal_device_t device)
 {
     static const char call[] = "hal_device_synchronize";
     HAL_CHECK_DEVICE(device, call);
-    return hal_finish(HAL_SLOT_CALL(device->ops, device_synchronize, call, device->impl),
-                      device->ops, call);
+    return hal_finish(HAL_SLOT_CALL(device->ops, device_synchronize, device->impl), device->ops,
+                      call);
 }
 
 hal_status_t hal_device_get_mem_stats(hal_device_t device, hal_mem_stats_t *stats)
@@ -242,7 +244,6 @@ hal_status_t hal_device_get_native_handle(hal_device_t device, uintptr_t *native
     HAL_CHECK_DEVICE(device, call);
     if (!native)
         return hal_error(HAL_ERROR_INVALID_ARGUMENT, device->ops->name, call, "native is NULL");
-    return hal_finish(
-        HAL_SLOT_CALL(device->ops, device_get_native_handle, call, device->impl, native),
-        device->ops, call);
+    return hal_finish(HAL_SLOT_CALL(device->ops, device_get_native_handle, device->impl, native),
+                      device->ops, call);
 }

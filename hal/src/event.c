@@ -3,6 +3,8 @@
  * devices and flags, and tracks live events for backend close. */
 #include "hal/src/core.h"
 
+_Static_assert(sizeof(struct hal_event_s) <= HAL_HANDLE_MAX_SIZE, "handle size");
+
 void hal_event_destroy_internal(struct hal_event_s *e)
 {
     if (e->ops->event_destroy)
@@ -27,7 +29,7 @@ hal_status_t hal_event_create(hal_device_t device, uint32_t flags, hal_event_t *
     struct hal_event_s *e = hal_handle_alloc(sizeof(*e));
     if (!e)
         return hal_error(HAL_ERROR_OUT_OF_HOST_MEMORY, ops->name, call, "out of host memory");
-    hal_status_t st = HAL_SLOT_CALL(ops, event_create, call, device->impl, flags, &e->impl);
+    hal_status_t st = HAL_SLOT_CALL(ops, event_create, device->impl, flags, &e->impl);
     if (st != HAL_OK) {
         hal_handle_release(e, false);
         return hal_finish(st, ops, call);
@@ -65,7 +67,7 @@ hal_status_t hal_event_record(hal_event_t event, hal_stream_t stream)
             "the event belongs to device %u, the stream to %sdevice %u", event->device->index,
             stream->device->backend == event->device->backend ? "" : "another backend's ",
             stream->device->index);
-    return hal_finish(HAL_SLOT_CALL(event->ops, event_record, call, event->impl, stream->impl),
+    return hal_finish(HAL_SLOT_CALL(event->ops, event_record, event->impl, stream->impl),
                       event->ops, call);
 }
 
@@ -73,15 +75,14 @@ hal_status_t hal_event_query(hal_event_t event)
 {
     static const char call[] = "hal_event_query";
     HAL_CHECK_EVENT(event, call);
-    return hal_finish(HAL_SLOT_CALL(event->ops, event_query, call, event->impl), event->ops, call);
+    return hal_finish(HAL_SLOT_CALL(event->ops, event_query, event->impl), event->ops, call);
 }
 
 hal_status_t hal_event_synchronize(hal_event_t event)
 {
     static const char call[] = "hal_event_synchronize";
     HAL_CHECK_EVENT(event, call);
-    return hal_finish(HAL_SLOT_CALL(event->ops, event_synchronize, call, event->impl), event->ops,
-                      call);
+    return hal_finish(HAL_SLOT_CALL(event->ops, event_synchronize, event->impl), event->ops, call);
 }
 
 hal_status_t hal_event_elapsed_ms(hal_event_t start, hal_event_t end, float *ms)
@@ -98,8 +99,7 @@ hal_status_t hal_event_elapsed_ms(hal_event_t start, hal_event_t end, float *ms)
     if (start->device != end->device)
         return hal_error(HAL_ERROR_INVALID_ARGUMENT, ops->name, call,
                          "the events belong to different devices");
-    return hal_finish(HAL_SLOT_CALL(ops, event_elapsed_ms, call, start->impl, end->impl, ms), ops,
-                      call);
+    return hal_finish(HAL_SLOT_CALL(ops, event_elapsed_ms, start->impl, end->impl, ms), ops, call);
 }
 
 hal_status_t hal_event_get_native_handle(hal_event_t event, uintptr_t *native)
@@ -108,6 +108,6 @@ hal_status_t hal_event_get_native_handle(hal_event_t event, uintptr_t *native)
     HAL_CHECK_EVENT(event, call);
     if (!native)
         return hal_error(HAL_ERROR_INVALID_ARGUMENT, event->ops->name, call, "native is NULL");
-    return hal_finish(HAL_SLOT_CALL(event->ops, event_get_native_handle, call, event->impl, native),
+    return hal_finish(HAL_SLOT_CALL(event->ops, event_get_native_handle, event->impl, native),
                       event->ops, call);
 }

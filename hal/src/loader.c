@@ -15,6 +15,8 @@
 
 #include "hal/src/core.h"
 
+_Static_assert(sizeof(struct hal_backend_s) <= HAL_HANDLE_MAX_SIZE, "handle size");
+
 #define BACKEND_PREFIX "libhal_backend_"
 #define BACKEND_SUFFIX ".so"
 
@@ -268,7 +270,11 @@ hal_status_t hal_backend_open(const char *name_or_path, hal_backend_t *out)
     b->validate = validate;
     b->refcount = 1;
     b->dl = dl;
-    snprintf(b->path, sizeof(b->path), "%s", real);
+    b->path = strdup(real);
+    if (!b->path) {
+        st = hal_error(HAL_ERROR_OUT_OF_HOST_MEMORY, NULL, call, "out of host memory");
+        goto out_release;
+    }
     b->obj.magic = HAL_MAGIC_BACKEND;
 
     if (!b->ops->init) {
@@ -291,6 +297,7 @@ out_fini:
     if (b->ops->fini)
         b->ops->fini(b->impl);
 out_release:
+    free(b->path);
     hal_handle_release(b, false);
 out_dlclose:
     dlclose(dl);
@@ -320,6 +327,7 @@ hal_status_t hal_backend_close(hal_backend_t backend)
     if (backend->ops->fini)
         backend->ops->fini(backend->impl);
     void *dl = backend->dl;
+    free(backend->path);
     hal_handle_release(backend, backend->validate);
     dlclose(dl);
     pthread_mutex_unlock(&loader_lock);

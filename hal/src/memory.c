@@ -72,7 +72,7 @@ hal_status_t hal_mem_alloc(hal_device_t device, hal_mem_kind_t kind, size_t size
     }
     void *p = NULL, *cookie = NULL;
     hal_status_t st =
-        HAL_SLOT_CALL(ops, mem_alloc, call, device->impl, kind, size, alignment, &p, &cookie);
+        HAL_SLOT_CALL(ops, mem_alloc, device->impl, kind, size, alignment, &p, &cookie);
     if (st != HAL_OK)
         return hal_finish(st, ops, call);
     hal_alloc_record_t r = {
@@ -94,7 +94,7 @@ hal_status_t hal_mem_alloc(hal_device_t device, hal_mem_kind_t kind, size_t size
 hal_status_t hal_mem_release_record(const hal_alloc_record_t *r, const char *call)
 {
     struct hal_device_s *d = r->device;
-    hal_status_t st = HAL_SLOT_CALL(d->ops, mem_free, call, d->impl, r->kind, r->base, r->cookie);
+    hal_status_t st = HAL_SLOT_CALL(d->ops, mem_free, d->impl, r->kind, r->base, r->cookie);
     stats_sub(d, r->kind, r->size);
     if (d->backend->validate)
         hal_validation_note_freed(r->base);
@@ -124,7 +124,7 @@ static hal_status_t quiesce_backend(struct hal_backend_s *b, const char *call)
     hal_status_t first = HAL_OK;
     for (uint32_t i = 0; i < b->device_count; i++) {
         struct hal_device_s *d = b->devices[i];
-        hal_status_t st = HAL_SLOT_CALL(d->ops, device_synchronize, call, d->impl);
+        hal_status_t st = HAL_SLOT_CALL(d->ops, device_synchronize, d->impl);
         if (st != HAL_OK && first == HAL_OK)
             first = hal_finish(st, d->ops, call);
     }
@@ -197,7 +197,7 @@ hal_status_t hal_mem_free_async(void *ptr, hal_stream_t stream)
             return HAL_OK;
     } else {
         /* Without callbacks, stream order is kept by waiting for the stream. */
-        st = HAL_SLOT_CALL(ops, stream_synchronize, call, stream->impl);
+        st = HAL_SLOT_CALL(ops, stream_synchronize, stream->impl);
         if (st == HAL_OK) {
             deferred_free_fn(HAL_OK, f);
             return HAL_OK;
@@ -283,7 +283,7 @@ hal_status_t hal_memcpy_async(void *dst, const void *src, size_t n, hal_stream_t
         return hal_error(HAL_ERROR_UNSUPPORTED, stream->ops->name, call,
                          "device-to-device copies across devices are not supported "
                          "(HAL_DEVICE_CAP_PEER_COPY)");
-    return hal_finish(HAL_SLOT_CALL(stream->ops, memcpy_async, call, stream->impl, &d, &s, n),
+    return hal_finish(HAL_SLOT_CALL(stream->ops, memcpy_async, stream->impl, &d, &s, n),
                       stream->ops, call);
 }
 
@@ -299,6 +299,6 @@ hal_status_t hal_memset_async(void *dst, int value, size_t n, hal_stream_t strea
     if (d.kind == HAL_MEM_KIND_UNREGISTERED)
         return hal_error(HAL_ERROR_INVALID_ARGUMENT, stream->ops->name, call,
                          "dst %p is not memory allocated through the HAL", dst);
-    return hal_finish(HAL_SLOT_CALL(stream->ops, memset_async, call, stream->impl, &d, value, n),
+    return hal_finish(HAL_SLOT_CALL(stream->ops, memset_async, stream->impl, &d, value, n),
                       stream->ops, call);
 }

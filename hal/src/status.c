@@ -93,3 +93,9 @@ hal_status_t hal_backend_error(hal_status_t status, const hal_backend_ops_t *ops
     }
     return hal_error(status, ops->name, call, "%s", hal_status_string(status));
 }
+
+hal_status_t hal_slot_missing(const char *slot)
+{
+    hal_host_set_error("the backend does not implement %s", slot);
+    return HAL_ERROR_UNSUPPORTED;
+}

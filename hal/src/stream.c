@@ -3,6 +3,8 @@
  * query calls, each a handle check and one indirect call into the backend. */
 #include "hal/src/core.h"
 
+_Static_assert(sizeof(struct hal_stream_s) <= HAL_HANDLE_MAX_SIZE, "handle size");
+
 hal_status_t hal_stream_create_internal(struct hal_device_s *device, int32_t priority,
                                         bool is_default, hal_stream_t *out)
 {
@@ -11,7 +13,7 @@ hal_status_t hal_stream_create_internal(struct hal_device_s *device, int32_t pri
     struct hal_stream_s *s = hal_handle_alloc(sizeof(*s));
     if (!s)
         return hal_error(HAL_ERROR_OUT_OF_HOST_MEMORY, ops->name, call, "out of host memory");
-    hal_status_t st = HAL_SLOT_CALL(ops, stream_create, call, device->impl, priority, &s->impl);
+    hal_status_t st = HAL_SLOT_CALL(ops, stream_create, device->impl, priority, &s->impl);
     if (st != HAL_OK) {
         hal_handle_release(s, false);
         return hal_finish(st, ops, call);
@@ -86,16 +88,15 @@ hal_status_t hal_stream_query(hal_stream_t stream)
 {
     static const char call[] = "hal_stream_query";
     HAL_CHECK_STREAM(stream, call);
-    return hal_finish(HAL_SLOT_CALL(stream->ops, stream_query, call, stream->impl), stream->ops,
-                      call);
+    return hal_finish(HAL_SLOT_CALL(stream->ops, stream_query, stream->impl), stream->ops, call);
 }
 
 hal_status_t hal_stream_synchronize(hal_stream_t stream)
 {
     static const char call[] = "hal_stream_synchronize";
     HAL_CHECK_STREAM(stream, call);
-    return hal_finish(HAL_SLOT_CALL(stream->ops, stream_synchronize, call, stream->impl),
-                      stream->ops, call);
+    return hal_finish(HAL_SLOT_CALL(stream->ops, stream_synchronize, stream->impl), stream->ops,
+                      call);
 }
 
 hal_status_t hal_stream_wait_event(hal_stream_t stream, hal_event_t event)
@@ -107,9 +108,8 @@ hal_status_t hal_stream_wait_event(hal_stream_t stream, hal_event_t event)
         return hal_error(HAL_ERROR_INVALID_ARGUMENT, stream->ops->name, call,
                          "the event belongs to backend '%s', the stream to '%s'", event->ops->name,
                          stream->ops->name);
-    return hal_finish(
-        HAL_SLOT_CALL(stream->ops, stream_wait_event, call, stream->impl, event->impl), stream->ops,
-        call);
+    return hal_finish(HAL_SLOT_CALL(stream->ops, stream_wait_event, stream->impl, event->impl),
+                      stream->ops, call);
 }
 
 hal_status_t hal_stream_add_callback(hal_stream_t stream, hal_host_fn_t fn, void *user_data)
@@ -121,9 +121,8 @@ hal_status_t hal_stream_add_callback(hal_stream_t stream, hal_host_fn_t fn, void
     if (!(stream->device->props.capabilities & HAL_DEVICE_CAP_HOST_CALLBACKS))
         return hal_error(HAL_ERROR_UNSUPPORTED, stream->ops->name, call,
                          "host callbacks are not supported (HAL_DEVICE_CAP_HOST_CALLBACKS)");
-    return hal_finish(
-        HAL_SLOT_CALL(stream->ops, stream_add_callback, call, stream->impl, fn, user_data),
-        stream->ops, call);
+    return hal_finish(HAL_SLOT_CALL(stream->ops, stream_add_callback, stream->impl, fn, user_data),
+                      stream->ops, call);
 }
 
 hal_status_t hal_stream_get_info(hal_stream_t stream, hal_device_t *device, int32_t *priority)
@@ -142,7 +141,6 @@ hal_status_t hal_stream_get_native_handle(hal_stream_t stream, uintptr_t *native
     HAL_CHECK_STREAM(stream, call);
     if (!native)
         return hal_error(HAL_ERROR_INVALID_ARGUMENT, stream->ops->name, call, "native is NULL");
-    return hal_finish(
-        HAL_SLOT_CALL(stream->ops, stream_get_native_handle, call, stream->impl, native),
-        stream->ops, call);
+    return hal_finish(HAL_SLOT_CALL(stream->ops, stream_get_native_handle, stream->impl, native),
+                      stream->ops, call);
 }

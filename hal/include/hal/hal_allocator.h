@@ -26,9 +26,9 @@ typedef struct hal_allocator_config {
     size_t large_round;    /* larger segments are rounded up to this; 0 = 2 MiB */
 } hal_allocator_config_t;
 
-#define HAL_ALLOCATOR_CONFIG_INIT                                             \
-    {                                                                         \
-        sizeof(hal_allocator_config_t), NULL, HAL_MEM_KIND_DEVICE, 0, 0, 0, 0 \
+#define HAL_ALLOCATOR_CONFIG_INIT                                                  \
+    {                                                                              \
+        .struct_size = sizeof(hal_allocator_config_t), .kind = HAL_MEM_KIND_DEVICE \
     }
 
 typedef struct hal_allocator_stats {
@@ -52,9 +52,9 @@ typedef struct hal_allocator_stats {
     double fragmentation; /* 1 - largest_cached_block / cached_bytes (0 if none) */
 } hal_allocator_stats_t;
 
-#define HAL_ALLOCATOR_STATS_INIT            \
-    {                                       \
-        sizeof(hal_allocator_stats_t), NULL \
+#define HAL_ALLOCATOR_STATS_INIT                     \
+    {                                                \
+        .struct_size = sizeof(hal_allocator_stats_t) \
     }
 
 /* Creates an allocator.

@@ -71,9 +71,9 @@ typedef struct hal_device_properties {
     uint32_t reserved;
 } hal_device_properties_t;
 
-#define HAL_DEVICE_PROPERTIES_INIT            \
-    {                                         \
-        sizeof(hal_device_properties_t), NULL \
+#define HAL_DEVICE_PROPERTIES_INIT                     \
+    {                                                  \
+        .struct_size = sizeof(hal_device_properties_t) \
     }
 
 /* What the HAL knows about a pointer (hal_mem_get_info). */
@@ -87,9 +87,9 @@ typedef struct hal_mem_info {
     size_t size;         /* size of that allocation as requested */
 } hal_mem_info_t;
 
-#define HAL_MEM_INFO_INIT                                                         \
-    {                                                                             \
-        sizeof(hal_mem_info_t), NULL, HAL_MEM_KIND_UNREGISTERED, 0, NULL, NULL, 0 \
+#define HAL_MEM_INFO_INIT                     \
+    {                                         \
+        .struct_size = sizeof(hal_mem_info_t) \
     }
 
 /* Per-device memory statistics (hal_device_get_mem_stats): raw allocations made through
@@ -108,9 +108,9 @@ typedef struct hal_mem_stats {
     uint64_t device_bytes_free;  /* capacity minus what the backend holds, as it reports */
 } hal_mem_stats_t;
 
-#define HAL_MEM_STATS_INIT            \
-    {                                 \
-        sizeof(hal_mem_stats_t), NULL \
+#define HAL_MEM_STATS_INIT                     \
+    {                                          \
+        .struct_size = sizeof(hal_mem_stats_t) \
     }
 
 /* ---- Events -------------------------------------------------------------------------------- */

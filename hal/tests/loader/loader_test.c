@@ -1,0 +1,239 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The loader: search path, names and paths, reference counts, version and ABI checks, and the
+ * refusal of world-writable locations. Uses the template backend and variants of it. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "hal/hal.h"
+#include "tools/ctest/ctest.h"
+
+#define CHECK_STATUS(call, expected)                                                               \
+    do {                                                                                           \
+        hal_status_t st_ = (call);                                                                 \
+        if (st_ != (expected)) {                                                                   \
+            fprintf(stderr, "%s:%d: %s returned %s, expected %s: %s\n", __FILE__, __LINE__, #call, \
+                    hal_status_string(st_), hal_status_string(expected),                           \
+                    hal_last_error_message());                                                     \
+            return CTEST_FAIL;                                                                     \
+        }                                                                                          \
+    } while (0)
+
+#define CHECK_MESSAGE(fragment) CTEST_CHECK(strstr(hal_last_error_message(), (fragment)) != NULL)
+
+/* Copies a file, keeping it readable and executable. */
+static int copy_file(const char *from, const char *to, mode_t mode)
+{
+    int in = open(from, O_RDONLY);
+    if (in < 0)
+        return -1;
+    int out = open(to, O_WRONLY | O_CREAT | O_TRUNC, 0700);
+    if (out < 0) {
+        close(in);
+        return -1;
+    }
+    char buf[65536];
+    ssize_t n;
+    int rc = 0;
+    while ((n = read(in, buf, sizeof(buf))) > 0) {
+        if (write(out, buf, (size_t)n) != n) {
+            rc = -1;
+            break;
+        }
+    }
+    close(in);
+    close(out);
+    return rc == 0 ? chmod(to, mode) : -1;
+}
+
+static const char *template_path(char *buf, size_t size)
+{
+    snprintf(buf, size, "hal_backends/template/libhal_backend_template.so");
+    return buf;
+}
+
+/* A fresh directory under the test's temporary area. */
+static int make_dir(char *out, size_t size, mode_t mode)
+{
+    const char *tmp = getenv("TEST_TMPDIR");
+    snprintf(out, size, "%s/loaderXXXXXX", tmp ? tmp : "/tmp");
+    if (!mkdtemp(out))
+        return -1;
+    return chmod(out, mode);
+}
+
+CTEST(loader, version_reported)
+{
+    uint32_t v = 0;
+    CHECK_STATUS(hal_get_api_version(&v), HAL_OK);
+    CTEST_CHECK(HAL_VERSION_MAJOR(v) == HAL_API_VERSION_MAJOR);
+    CTEST_CHECK(HAL_VERSION_MINOR(v) == HAL_API_VERSION_MINOR);
+    CHECK_STATUS(hal_get_api_version(NULL), HAL_ERROR_INVALID_ARGUMENT);
+    return CTEST_PASS;
+}
+
+CTEST(loader, open_by_name_and_path_share_one_instance)
+{
+    hal_backend_t a = NULL, b = NULL;
+    char path[PATH_MAX];
+    CHECK_STATUS(hal_backend_open("template", &a), HAL_OK);
+    CHECK_STATUS(hal_backend_open(template_path(path, sizeof(path)), &b), HAL_OK);
+    CTEST_CHECK(a == b);
+    const char *name = NULL, *device_name = NULL;
+    uint32_t version = 0;
+    CHECK_STATUS(hal_backend_get_info(a, &name, &device_name, &version), HAL_OK);
+    CTEST_CHECK(strcmp(name, "template") == 0);
+    CTEST_CHECK(strcmp(device_name, "template") == 0);
+    CTEST_CHECK(HAL_VERSION_MAJOR(version) == HAL_API_VERSION_MAJOR);
+    CHECK_STATUS(hal_backend_get_info(a, NULL, NULL, NULL), HAL_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(hal_backend_close(a), HAL_OK);
+    /* Still open: one reference left. */
+    uint32_t count = 0;
+    CHECK_STATUS(hal_device_count(b, &count), HAL_OK);
+    CTEST_CHECK(count == 1);
+    CHECK_STATUS(hal_backend_close(b), HAL_OK);
+    CHECK_STATUS(hal_device_count(b, &count), HAL_ERROR_INVALID_HANDLE);
+    CHECK_MESSAGE("after it was destroyed");
+    CHECK_STATUS(hal_backend_close(b), HAL_ERROR_INVALID_HANDLE);
+    return CTEST_PASS;
+}
+
+CTEST(loader, bad_names_and_missing_backends)
+{
+    hal_backend_t b = NULL;
+    CHECK_STATUS(hal_backend_open(NULL, &b), HAL_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(hal_backend_open("", &b), HAL_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(hal_backend_open("template", NULL), HAL_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(hal_backend_open("te mplate", &b), HAL_ERROR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("invalid backend name");
+    char longname[200];
+    memset(longname, 'a', sizeof(longname) - 1);
+    longname[sizeof(longname) - 1] = '\0';
+    CHECK_STATUS(hal_backend_open(longname, &b), HAL_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(hal_backend_open("nosuchbackend", &b), HAL_ERROR_NOT_FOUND);
+    CHECK_MESSAGE("nosuchbackend");
+    CHECK_STATUS(hal_backend_open("./no/such/file.so", &b), HAL_ERROR_NOT_FOUND);
+    return CTEST_PASS;
+}
+
+CTEST(loader, other_major_version_is_rejected)
+{
+    hal_backend_t b = NULL;
+    CHECK_STATUS(hal_backend_open("badmajor", &b), HAL_ERROR_VERSION_MISMATCH);
+    CHECK_MESSAGE("implements HAL API 2.0");
+    return CTEST_PASS;
+}
+
+CTEST(loader, library_without_entry_symbol_is_rejected)
+{
+    hal_backend_t b = NULL;
+    CHECK_STATUS(hal_backend_open("noentry", &b), HAL_ERROR_NOT_FOUND);
+    CHECK_MESSAGE("hal_backend_get_ops");
+    return CTEST_PASS;
+}
+
+CTEST(loader, missing_slots_read_as_unsupported)
+{
+    hal_backend_t b = NULL;
+    hal_device_t d = NULL;
+    hal_event_t e = NULL;
+    hal_stream_t s = NULL;
+    CHECK_STATUS(hal_backend_open("short", &b), HAL_OK);
+    CHECK_STATUS(hal_device_get(b, 0, &d), HAL_OK);
+    CHECK_STATUS(hal_event_create(d, 0, &e), HAL_ERROR_UNSUPPORTED);
+    CHECK_MESSAGE("template: hal_event_create: the backend does not implement event_create");
+    CHECK_STATUS(hal_device_get_default_stream(d, &s), HAL_OK);
+    CHECK_STATUS(hal_stream_add_callback(s, (hal_host_fn_t)abort, NULL), HAL_ERROR_UNSUPPORTED);
+    uintptr_t native;
+    CHECK_STATUS(hal_stream_get_native_handle(s, &native), HAL_ERROR_UNSUPPORTED);
+    CHECK_STATUS(hal_backend_close(b), HAL_OK);
+    return CTEST_PASS;
+}
+
+CTEST(loader, list_available_finds_every_backend_once)
+{
+    size_t count = 0;
+    CHECK_STATUS(hal_backend_list_available(NULL, 0, &count), HAL_OK);
+    CTEST_CHECK(count >= 4);
+    hal_backend_name_t names[16];
+    size_t n = 0;
+    CHECK_STATUS(hal_backend_list_available(names, 16, &n), HAL_OK);
+    CTEST_CHECK(n == count);
+    int template_seen = 0;
+    for (size_t i = 0; i < n && i < 16; i++)
+        template_seen += strcmp(names[i].name, "template") == 0;
+    CTEST_CHECK(template_seen == 1);
+    CHECK_STATUS(hal_backend_list_available(NULL, 1, &n), HAL_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(hal_backend_list_available(names, 16, NULL), HAL_ERROR_INVALID_ARGUMENT);
+    return CTEST_PASS;
+}
+
+CTEST(loader, world_writable_directory_is_refused)
+{
+    char dir[PATH_MAX], lib[PATH_MAX + 64], src[PATH_MAX];
+    CTEST_CHECK(make_dir(dir, sizeof(dir), 0777) == 0);
+    snprintf(lib, sizeof(lib), "%s/libhal_backend_template.so", dir);
+    CTEST_CHECK(copy_file(template_path(src, sizeof(src)), lib, 0755) == 0);
+    hal_backend_t b = NULL;
+    CHECK_STATUS(hal_backend_open(lib, &b), HAL_ERROR_PERMISSION_DENIED);
+    CHECK_MESSAGE("world-writable");
+    /* The same file is accepted once the directory is private. */
+    CTEST_CHECK(chmod(dir, 0755) == 0);
+    CHECK_STATUS(hal_backend_open(lib, &b), HAL_OK);
+    CHECK_STATUS(hal_backend_close(b), HAL_OK);
+    return CTEST_PASS;
+}
+
+CTEST(loader, world_writable_file_is_refused)
+{
+    char dir[PATH_MAX], lib[PATH_MAX + 64], src[PATH_MAX];
+    CTEST_CHECK(make_dir(dir, sizeof(dir), 0755) == 0);
+    snprintf(lib, sizeof(lib), "%s/libhal_backend_template.so", dir);
+    CTEST_CHECK(copy_file(template_path(src, sizeof(src)), lib, 0777) == 0);
+    hal_backend_t b = NULL;
+    CHECK_STATUS(hal_backend_open(lib, &b), HAL_ERROR_PERMISSION_DENIED);
+    return CTEST_PASS;
+}
+
+CTEST(loader, symlink_in_world_writable_directory_is_refused)
+{
+    char dir[PATH_MAX], link[PATH_MAX + 64], src[PATH_MAX], real[PATH_MAX];
+    CTEST_CHECK(make_dir(dir, sizeof(dir), 0777) == 0);
+    snprintf(link, sizeof(link), "%s/libhal_backend_template.so", dir);
+    CTEST_CHECK(realpath(template_path(src, sizeof(src)), real) != NULL);
+    CTEST_CHECK(symlink(real, link) == 0);
+    hal_backend_t b = NULL;
+    CHECK_STATUS(hal_backend_open(link, &b), HAL_ERROR_PERMISSION_DENIED);
+    return CTEST_PASS;
+}
+
+CTEST(loader, unknown_layer_is_rejected)
+{
+    hal_backend_t b = NULL;
+    setenv("HAL_LAYERS", "validation,bogus", 1);
+    hal_status_t st = hal_backend_open("template", &b);
+    unsetenv("HAL_LAYERS");
+    CHECK_STATUS(st, HAL_ERROR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("unknown layer 'bogus'");
+    return CTEST_PASS;
+}
+
+CTEST(loader, devices_of_a_closed_backend_are_stale)
+{
+    hal_backend_t b = NULL;
+    hal_device_t d = NULL, current = NULL;
+    CHECK_STATUS(hal_backend_open("template", &b), HAL_OK);
+    CHECK_STATUS(hal_device_get(b, 0, &d), HAL_OK);
+    CHECK_STATUS(hal_set_current_device(d), HAL_OK);
+    CHECK_STATUS(hal_backend_close(b), HAL_OK);
+    hal_device_properties_t props = HAL_DEVICE_PROPERTIES_INIT;
+    CHECK_STATUS(hal_device_get_properties(d, &props), HAL_ERROR_INVALID_HANDLE);
+    CHECK_STATUS(hal_get_current_device(&current), HAL_OK);
+    CTEST_CHECK(current == NULL);
+    CHECK_STATUS(hal_set_current_device(d), HAL_ERROR_INVALID_HANDLE);
+    return CTEST_PASS;
+}
