@@ -99,8 +99,8 @@ static hal_status_t cpu_device_open(void *backend_, uint32_t index, void **out)
     device->index = index;
     device->capacity = backend->config.capacity;
     atomic_init(&device->used, 0);
-    hal_status_t st = cpu_sched_init(&device->sched, backend->config.concurrency,
-                                     backend->config.spin_us);
+    hal_status_t st =
+        cpu_sched_init(&device->sched, backend->config.concurrency, backend->config.spin_us);
     if (st != HAL_OK) {
         cpu_set_error(backend, "pthread_mutex_init failed for the scheduler of device %u", index);
         goto out_free_device;
@@ -129,7 +129,7 @@ static void cpu_device_close(void *device_)
 }
 
 /* Writes a field only if it lies inside the caller's struct_size. */
-#define CPU_PROPS_HAS(props, field)                                                                \
+#define CPU_PROPS_HAS(props, field) \
     ((props)->struct_size >= offsetof(hal_device_properties_t, field) + sizeof((props)->field))
 
 static hal_status_t cpu_device_get_properties(void *device_, hal_device_properties_t *props)

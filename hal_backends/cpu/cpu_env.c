@@ -101,8 +101,9 @@ static hal_status_t load_uint(const char *name, uint64_t min, uint64_t max, uint
     if (text == NULL)
         return HAL_OK;
     if (cpu_parse_uint(text, min, max, &value) != HAL_OK) {
-        snprintf(msg, msg_size, "%s=\"%.64s\" is invalid: expected a decimal integer from %llu to %llu",
-                 name, text, (unsigned long long)min, (unsigned long long)max);
+        snprintf(msg, msg_size,
+                 "%s=\"%.64s\" is invalid: expected a decimal integer from %llu to %llu", name,
+                 text, (unsigned long long)min, (unsigned long long)max);
         return HAL_ERROR_INVALID_ARGUMENT;
     }
     *inout = (uint32_t)value;
@@ -117,15 +118,18 @@ hal_status_t cpu_config_load(cpu_config_t *config, char *msg, size_t msg_size)
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     config->devices = CPU_DEFAULT_DEVICES;
     config->capacity = CPU_DEFAULT_MEMORY;
-    config->concurrency = (cpus >= 2 && cpus <= (long)CPU_MAX_CONCURRENCY) ? (uint32_t)cpus
-                          : cpus > (long)CPU_MAX_CONCURRENCY               ? CPU_MAX_CONCURRENCY
-                                                                           : 2u;
+    /* Default: one slot per online CPU, but at least 2 so that two streams always overlap. */
+    config->concurrency = 2u;
+    if (cpus > (long)CPU_MAX_CONCURRENCY)
+        config->concurrency = CPU_MAX_CONCURRENCY;
+    else if (cpus > 2)
+        config->concurrency = (uint32_t)cpus;
     config->spin_us = CPU_DEFAULT_SPIN_US;
     if (msg_size > 0)
         msg[0] = '\0';
 
-    hal_status_t st = load_uint(CPU_ENV_DEVICES, 1, CPU_MAX_DEVICES, &config->devices, msg,
-                                msg_size);
+    hal_status_t st =
+        load_uint(CPU_ENV_DEVICES, 1, CPU_MAX_DEVICES, &config->devices, msg, msg_size);
     if (st != HAL_OK)
         return st;
     const char *text = env_value(CPU_ENV_MEMORY);
@@ -136,8 +140,8 @@ hal_status_t cpu_config_load(cpu_config_t *config, char *msg, size_t msg_size)
                  CPU_ENV_MEMORY, text);
         return HAL_ERROR_INVALID_ARGUMENT;
     }
-    st = load_uint(CPU_ENV_CONCURRENCY, 1, CPU_MAX_CONCURRENCY, &config->concurrency, msg,
-                   msg_size);
+    st =
+        load_uint(CPU_ENV_CONCURRENCY, 1, CPU_MAX_CONCURRENCY, &config->concurrency, msg, msg_size);
     if (st != HAL_OK)
         return st;
     return load_uint(CPU_ENV_SPIN_US, 0, CPU_MAX_SPIN_US, &config->spin_us, msg, msg_size);

@@ -8,6 +8,7 @@
 #define HAL_BACKENDS_CPU_CPU_INTERNAL_H
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -23,21 +24,21 @@
 #define CPU_ENV_CONCURRENCY "HAL_CPU_DEVICE_CONCURRENCY"
 #define CPU_ENV_SPIN_US     "HAL_CPU_SPIN_US"
 
-#define CPU_DEFAULT_DEVICES  2u
-#define CPU_MAX_DEVICES      64u
-#define CPU_DEFAULT_MEMORY   (UINT64_C(16) << 30)
-#define CPU_MAX_CONCURRENCY  4096u
-#define CPU_DEFAULT_SPIN_US  20u
-#define CPU_MAX_SPIN_US      1000000u
-#define CPU_MIN_ALIGNMENT    256u
+#define CPU_DEFAULT_DEVICES   2u
+#define CPU_MAX_DEVICES       64u
+#define CPU_DEFAULT_MEMORY    (UINT64_C(16) << 30)
+#define CPU_MAX_CONCURRENCY   4096u
+#define CPU_DEFAULT_SPIN_US   20u
+#define CPU_MAX_SPIN_US       1000000u
+#define CPU_MIN_ALIGNMENT     256u
 #define CPU_PRIORITY_LEAST    0
 #define CPU_PRIORITY_GREATEST (-2)
 
 typedef struct cpu_config {
-    uint32_t devices;      /* HAL_CPU_DEVICES */
-    uint64_t capacity;     /* HAL_CPU_DEVICE_MEMORY, bytes per device */
-    uint32_t concurrency;  /* HAL_CPU_DEVICE_CONCURRENCY, execution slots per device */
-    uint32_t spin_us;      /* HAL_CPU_SPIN_US */
+    uint32_t devices;     /* HAL_CPU_DEVICES */
+    uint64_t capacity;    /* HAL_CPU_DEVICE_MEMORY, bytes per device */
+    uint32_t concurrency; /* HAL_CPU_DEVICE_CONCURRENCY, execution slots per device */
+    uint32_t spin_us;     /* HAL_CPU_SPIN_US */
 } cpu_config_t;
 
 /* Size of the buffer that receives a parse error message. */
@@ -48,6 +49,10 @@ hal_status_t cpu_parse_size(const char *text, uint64_t *out);
 hal_status_t cpu_config_load(cpu_config_t *config, char *msg, size_t msg_size);
 
 /* ---- backend and devices (cpu_backend.c) --------------------------------------------------- */
+
+/* The exported entry point (declared here for the backend's own tests). */
+HAL_BACKEND_EXPORT hal_status_t hal_backend_get_ops(uint32_t host_api_version,
+                                                    const hal_backend_ops_t **ops);
 
 typedef struct cpu_backend {
     const hal_host_services_t *host;
@@ -154,8 +159,8 @@ typedef struct cpu_task {
     } u;
 } cpu_task_t;
 
-#define CPU_TASK_CHUNK      64
-#define CPU_ERROR_MSG_MAX   256
+#define CPU_TASK_CHUNK    64
+#define CPU_ERROR_MSG_MAX 256
 
 typedef struct cpu_task_chunk {
     struct cpu_task_chunk *next;
@@ -168,20 +173,20 @@ struct cpu_stream {
     uint32_t spin_us;
     atomic_int refcount; /* the owner plus device_synchronize calls in flight */
 
-    pthread_mutex_t lock; /* guards the fields down to `stop` */
+    pthread_mutex_t lock;   /* guards the fields down to `stop` */
     pthread_cond_t work_cv; /* the worker sleeps here when the queue is empty */
     pthread_cond_t idle_cv; /* synchronize callers sleep here */
     cpu_task_t *head, *tail;
     cpu_task_t *free_tasks;
     cpu_task_chunk_t *chunks;
     bool worker_sleeping;
-    uint32_t idle_waiters;
+    uint64_t wake_at; /* smallest `completed` a sleeping synchronize caller waits for */
     bool stop;
 
-    _Atomic uint64_t submitted; /* tasks enqueued; written under `lock` */
-    _Atomic uint64_t completed; /* tasks finished; written by the worker */
-    atomic_int status;          /* latched error (hal_status_t), HAL_OK until one occurs */
-    atomic_bool stopping;       /* mirrors `stop` for the spinning worker */
+    _Atomic uint64_t submitted;        /* tasks enqueued; written under `lock` */
+    _Atomic uint64_t completed;        /* tasks finished; written by the worker */
+    atomic_int status;                 /* latched error (hal_status_t), HAL_OK until one occurs */
+    atomic_bool stopping;              /* mirrors `stop` for the spinning worker */
     char error_msg[CPU_ERROR_MSG_MAX]; /* written once, before `status` is published */
     char task_msg[CPU_ERROR_MSG_MAX];  /* worker scratch for cpu_task_error */
 
@@ -193,8 +198,7 @@ struct cpu_stream {
 hal_status_t cpu_stream_submit(cpu_stream_t *stream, const cpu_task_t *task);
 hal_status_t cpu_stream_enqueue_fn(cpu_stream_t *stream, cpu_task_fn_t fn, void *arg,
                                    uint32_t flags);
-hal_status_t cpu_stream_inject_error(cpu_stream_t *stream, hal_status_t status,
-                                     const char *detail);
+hal_status_t cpu_stream_inject_error(cpu_stream_t *stream, hal_status_t status, const char *detail);
 void cpu_task_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 hal_status_t cpu_stream_latched(cpu_stream_t *stream);
 hal_status_t cpu_stream_wait_idle(cpu_stream_t *stream, uint64_t target);
@@ -209,11 +213,11 @@ struct cpu_event {
     atomic_int refcount; /* the owner plus every queued record and wait */
     pthread_mutex_t lock;
     pthread_cond_t cv;
-    uint32_t waiters;            /* guarded by lock */
-    _Atomic uint64_t recorded;   /* version of the latest record call (0: never recorded) */
-    _Atomic uint64_t completed;  /* highest version the streams reached */
-    hal_status_t status;         /* status of version `completed`; guarded by lock */
-    uint64_t time_ns;            /* CLOCK_MONOTONIC stamp of version `completed`; guarded by lock */
+    uint32_t waiters;           /* guarded by lock */
+    _Atomic uint64_t recorded;  /* version of the latest record call (0: never recorded) */
+    _Atomic uint64_t completed; /* highest version the streams reached */
+    hal_status_t status;        /* status of version `completed`; guarded by lock */
+    uint64_t time_ns;           /* CLOCK_MONOTONIC stamp of version `completed`; guarded by lock */
 };
 
 void cpu_event_ref(cpu_event_t *event);
@@ -268,23 +272,29 @@ static inline void cpu_relax(void)
 
 /* Spins up to spin_us microseconds until done(arg) holds; returns whether it did. Waiters spin
  * first because a futex sleep and wake-up costs tens of microseconds, far more than most stream
- * tasks take. */
-static inline bool cpu_spin_until(bool (*done)(const void *arg), const void *arg,
-                                  uint32_t spin_us)
+ * tasks take. After the first microsecond the spin yields the CPU between polls, so that when
+ * threads outnumber cores the thread being waited for gets to run instead of being starved by
+ * the spinner. */
+static inline bool cpu_spin_until(bool (*done)(const void *arg), const void *arg, uint32_t spin_us)
 {
     if (done(arg))
         return true;
     if (spin_us == 0)
         return false;
-    uint64_t deadline = cpu_now_ns() + (uint64_t)spin_us * 1000u;
+    uint64_t start = cpu_now_ns();
+    uint64_t deadline = start + (uint64_t)spin_us * 1000u;
+    uint64_t yield_after = start + 1000u;
     for (;;) {
         for (int i = 0; i < 32; i++) {
             cpu_relax();
             if (done(arg))
                 return true;
         }
-        if (cpu_now_ns() >= deadline)
+        uint64_t now = cpu_now_ns();
+        if (now >= deadline)
             return false;
+        if (now >= yield_after)
+            sched_yield();
     }
 }
 

@@ -1,0 +1,104 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* cpu backend: memory. Every kind is ordinary host memory, so every pointer is
+ * host-addressable and copies in any direction (peer copies included) are plain memcpy on the
+ * stream's worker. Device and shared allocations count against the per-device capacity
+ * (HAL_CPU_DEVICE_MEMORY) so that running out of device memory can be tested; pinned memory is
+ * neither locked nor counted.
+ *
+ * The allocation cookie carries the requested size, so mem_free can give the bytes back to the
+ * capacity without a side table. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "hal_backends/cpu/cpu_internal.h"
+
+static bool counts_against_capacity(hal_mem_kind_t kind)
+{
+    return kind == HAL_MEM_KIND_DEVICE || kind == HAL_MEM_KIND_SHARED;
+}
+
+/* Reserves `size` bytes of the device's capacity, or reports how much is left. */
+static hal_status_t reserve(cpu_device_t *device, size_t size)
+{
+    uint64_t used = atomic_load(&device->used);
+    for (;;) {
+        uint64_t free_bytes = used < device->capacity ? device->capacity - used : 0;
+        if ((uint64_t)size > free_bytes) {
+            cpu_set_error(device->backend,
+                          "device %u capacity exceeded: requested %zu bytes, %llu of %llu free "
+                          "(%s)",
+                          device->index, size, (unsigned long long)free_bytes,
+                          (unsigned long long)device->capacity, CPU_ENV_MEMORY);
+            return HAL_ERROR_OUT_OF_DEVICE_MEMORY;
+        }
+        if (atomic_compare_exchange_weak(&device->used, &used, used + size))
+            return HAL_OK;
+    }
+}
+
+/* Allocates host memory aligned to max(256, alignment); device and shared kinds are charged to
+ * the device's capacity first. */
+hal_status_t cpu_mem_alloc(void *device_, hal_mem_kind_t kind, size_t size, size_t alignment,
+                           void **ptr, void **cookie)
+{
+    cpu_device_t *device = device_;
+    bool counted = counts_against_capacity(kind);
+    if (counted) {
+        hal_status_t st = reserve(device, size);
+        if (st != HAL_OK)
+            return st;
+    }
+    if (alignment < CPU_MIN_ALIGNMENT)
+        alignment = CPU_MIN_ALIGNMENT;
+    void *p = NULL;
+    int rc = posix_memalign(&p, alignment, size);
+    if (rc != 0) {
+        if (counted)
+            atomic_fetch_sub(&device->used, (uint64_t)size);
+        cpu_set_error(device->backend,
+                      "posix_memalign(alignment %zu, %zu bytes) failed for device %u: %s",
+                      alignment, size, device->index, strerror(rc));
+        return kind == HAL_MEM_KIND_HOST_PINNED ? HAL_ERROR_OUT_OF_HOST_MEMORY
+                                                : HAL_ERROR_OUT_OF_DEVICE_MEMORY;
+    }
+    *ptr = p;
+    *cookie = (void *)(uintptr_t)size;
+    return HAL_OK;
+}
+
+/* Frees an allocation and returns its bytes to the capacity. */
+hal_status_t cpu_mem_free(void *device_, hal_mem_kind_t kind, void *ptr, void *cookie)
+{
+    cpu_device_t *device = device_;
+    free(ptr);
+    if (counts_against_capacity(kind))
+        atomic_fetch_sub(&device->used, (uint64_t)(uintptr_t)cookie);
+    return HAL_OK;
+}
+
+/* Enqueues a copy; on a failed stream it enqueues nothing and returns the latched error. */
+hal_status_t cpu_memcpy_async(void *stream, const hal_backend_ptr_t *dst,
+                              const hal_backend_ptr_t *src, size_t n)
+{
+    hal_status_t st = cpu_stream_latched(stream);
+    if (st != HAL_OK)
+        return st;
+    cpu_task_t task = { .kind = CPU_TASK_MEMCPY };
+    task.u.copy.dst = dst->ptr;
+    task.u.copy.src = src->ptr;
+    task.u.copy.n = n;
+    return cpu_stream_submit(stream, &task);
+}
+
+/* Enqueues a memset; on a failed stream it enqueues nothing and returns the latched error. */
+hal_status_t cpu_memset_async(void *stream, const hal_backend_ptr_t *dst, int value, size_t n)
+{
+    hal_status_t st = cpu_stream_latched(stream);
+    if (st != HAL_OK)
+        return st;
+    cpu_task_t task = { .kind = CPU_TASK_MEMSET };
+    task.u.set.dst = dst->ptr;
+    task.u.set.value = value;
+    task.u.set.n = n;
+    return cpu_stream_submit(stream, &task);
+}

@@ -1,0 +1,114 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Helpers for the cpu backend's internal tests: they drive the ops table directly (no core, no
+ * dlopen) with a minimal host-services struct that keeps the last error message per thread. */
+#ifndef HAL_BACKENDS_CPU_TESTS_CPU_TEST_UTIL_H
+#define HAL_BACKENDS_CPU_TESTS_CPU_TEST_UTIL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "hal_backends/cpu/cpu_internal.h"
+#include "tools/ctest/ctest.h"
+
+/* Host services handed to init; set_error stores into t_last_error(). */
+extern const hal_host_services_t t_host;
+const char *t_last_error(void);
+void t_clear_error(void);
+
+/* Checks that do not return, so that a test can always open its gates and clean up; the test
+ * ends with T_RESULT(). Each test declares `int t_failed = 0;`. */
+#define T_EXPECT(cond)                                                                     \
+    do {                                                                                   \
+        if (!(cond)) {                                                                     \
+            fprintf(stderr, "%s:%d: expectation failed: %s\n", __FILE__, __LINE__, #cond); \
+            t_failed = 1;                                                                  \
+        }                                                                                  \
+    } while (0)
+
+#define T_EXPECT_STATUS(call, expected)                                                            \
+    do {                                                                                           \
+        hal_status_t t_st_ = (call);                                                               \
+        if (t_st_ != (expected)) {                                                                 \
+            fprintf(stderr, "%s:%d: %s returned %s, expected %s (last error: \"%s\")\n", __FILE__, \
+                    __LINE__, #call, cpu_status_name(t_st_), cpu_status_name(expected),            \
+                    t_last_error());                                                               \
+            t_failed = 1;                                                                          \
+        }                                                                                          \
+    } while (0)
+
+#define T_EXPECT_MESSAGE(fragment)                                                          \
+    do {                                                                                    \
+        if (strstr(t_last_error(), (fragment)) == NULL) {                                   \
+            fprintf(stderr, "%s:%d: last error \"%s\" does not mention \"%s\"\n", __FILE__, \
+                    __LINE__, t_last_error(), (fragment));                                  \
+            t_failed = 1;                                                                   \
+        }                                                                                   \
+    } while (0)
+
+#define T_RESULT() return t_failed ? CTEST_FAIL : CTEST_PASS
+
+/* An initialised backend with all its devices open. */
+#define T_MAX_DEVICES 4
+typedef struct t_fixture {
+    const hal_backend_ops_t *ops;
+    void *backend;
+    uint32_t count;
+    void *dev[T_MAX_DEVICES];
+} t_fixture_t;
+
+/* Sets (or, for NULL, unsets) the four HAL_CPU_* variables. */
+void t_set_env(const char *devices, const char *memory, const char *concurrency,
+               const char *spin_us);
+/* Sets the environment as t_set_env, initialises the backend and opens up to T_MAX_DEVICES
+ * devices. Returns init's status. A NULL spin_us takes CPU_TEST_SPIN_US if that is set. */
+hal_status_t t_open(t_fixture_t *fx, const char *devices, const char *memory,
+                    const char *concurrency, const char *spin_us);
+/* As t_open, but a NULL spin_us really leaves HAL_CPU_SPIN_US unset. */
+hal_status_t t_open_exact(t_fixture_t *fx, const char *devices, const char *memory,
+                          const char *concurrency, const char *spin_us);
+/* Closes the devices and finalises the backend. */
+void t_close(t_fixture_t *fx);
+
+/* A callback that blocks its stream (and the execution slot it holds) until opened. */
+typedef struct t_gate {
+    pthread_mutex_t lock;
+    pthread_cond_t cv;
+    bool open;
+    atomic_int entered;
+    atomic_int status; /* stream status the callback saw */
+} t_gate_t;
+
+void t_gate_init(t_gate_t *gate);
+void t_gate_open(t_gate_t *gate);
+void t_gate_destroy(t_gate_t *gate);
+void t_gate_cb(hal_status_t status, void *gate);
+
+/* Polls pred(arg) every 100 us for up to `ms` milliseconds. */
+bool t_wait_until(bool (*pred)(void *arg), void *arg, int ms);
+bool t_gate_entered(void *gate);
+
+/* Appends a character to a log from a callback (the log is shared by several streams). */
+typedef struct t_log {
+    pthread_mutex_t lock;
+    char text[256];
+    size_t len;
+} t_log_t;
+
+typedef struct t_log_entry {
+    t_log_t *log;
+    char c;
+} t_log_entry_t;
+
+void t_log_init(t_log_t *log);
+void t_log_cb(hal_status_t status, void *entry);
+
+/* Wraps a host pointer as a resolved pointer of the given kind. */
+hal_backend_ptr_t t_ptr(void *p, hal_mem_kind_t kind);
+
+/* Sleeps for `ms` milliseconds. */
+void t_sleep_ms(int ms);
+
+#endif /* HAL_BACKENDS_CPU_TESTS_CPU_TEST_UTIL_H */
