@@ -1,0 +1,96 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Helpers shared by the caching allocator tests: checks that jump to a cleanup label (so that a
+ * failing test still opens its gates and frees what it holds), a host-callback gate that keeps
+ * a stream busy, and statistics snapshots. */
+#ifndef HAL_TESTS_ALLOCATOR_TEST_UTIL_H
+#define HAL_TESTS_ALLOCATOR_TEST_UTIL_H
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "hal/hal.h"
+#include "tools/ctest/ctest.h"
+
+/* Each test body declares `int rc = CTEST_FAIL;` and ends with an `out:` cleanup label. */
+#define T_CHECK(cond)                                                                \
+    do {                                                                             \
+        if (!(cond)) {                                                               \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+            goto out;                                                                \
+        }                                                                            \
+    } while (0)
+
+#define T_STATUS(call, expected)                                                                   \
+    do {                                                                                           \
+        hal_status_t st_ = (call);                                                                 \
+        if (st_ != (expected)) {                                                                   \
+            fprintf(stderr, "%s:%d: %s returned %s, expected %s: %s\n", __FILE__, __LINE__, #call, \
+                    hal_status_string(st_), hal_status_string(expected),                           \
+                    hal_last_error_message());                                                     \
+            goto out;                                                                              \
+        }                                                                                          \
+    } while (0)
+
+#define T_OK(call) T_STATUS(call, HAL_OK)
+
+#define T_MESSAGE(fragment)                                                             \
+    do {                                                                                \
+        if (strstr(hal_last_error_message(), (fragment)) == NULL) {                     \
+            fprintf(stderr, "%s:%d: message \"%s\" lacks \"%s\"\n", __FILE__, __LINE__, \
+                    hal_last_error_message(), (fragment));                              \
+            goto out;                                                                   \
+        }                                                                               \
+    } while (0)
+
+#define KiB ((size_t)1 << 10)
+#define MiB ((size_t)1 << 20)
+
+/* Blocks a stream's worker in a host callback until opened. */
+typedef struct gate {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int open;
+} gate_t;
+
+static inline void gate_init(gate_t *g)
+{
+    pthread_mutex_init(&g->lock, NULL);
+    pthread_cond_init(&g->cond, NULL);
+    g->open = 0;
+}
+
+static inline void gate_wait(hal_status_t status, void *user)
+{
+    gate_t *g = user;
+    (void)status;
+    pthread_mutex_lock(&g->lock);
+    while (!g->open)
+        pthread_cond_wait(&g->cond, &g->lock);
+    pthread_mutex_unlock(&g->lock);
+}
+
+static inline void gate_open(gate_t *g)
+{
+    pthread_mutex_lock(&g->lock);
+    g->open = 1;
+    pthread_cond_broadcast(&g->cond);
+    pthread_mutex_unlock(&g->lock);
+}
+
+static inline void gate_destroy(gate_t *g)
+{
+    pthread_cond_destroy(&g->cond);
+    pthread_mutex_destroy(&g->lock);
+}
+
+/* Returns the allocator's statistics (zeroed if the call fails). */
+static inline hal_allocator_stats_t stats_of(hal_allocator_t a)
+{
+    hal_allocator_stats_t s = HAL_ALLOCATOR_STATS_INIT;
+    if (hal_allocator_get_stats(a, &s) != HAL_OK)
+        memset(&s, 0, sizeof(s));
+    return s;
+}
+
+#endif /* HAL_TESTS_ALLOCATOR_TEST_UTIL_H */

@@ -1,0 +1,128 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The caching allocator out of memory, on a cpu device limited to 8 MiB: it waits for pending
+ * frees, releases its cached segments and retries once before it fails. */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "hal/tests/allocator_test_util.h"
+
+/* Opens the cpu backend with 8 MiB of device memory per device. */
+static hal_status_t open_small_device(hal_backend_t *backend, hal_device_t *dev)
+{
+    *backend = NULL;
+    if (setenv("HAL_CPU_DEVICE_MEMORY", "8M", 1) != 0)
+        return HAL_ERROR_INTERNAL;
+    hal_status_t st = hal_backend_open("cpu", backend);
+    if (st != HAL_OK)
+        return st;
+    hal_mem_stats_t ms = HAL_MEM_STATS_INIT;
+    if ((st = hal_device_get(*backend, 0, dev)) != HAL_OK ||
+        (st = hal_device_get_mem_stats(*dev, &ms)) != HAL_OK)
+        return st;
+    return ms.device_bytes_limit == 8 * MiB ? HAL_OK : HAL_ERROR_INTERNAL;
+}
+
+CTEST(caching_allocator_oom, releases_the_cache_and_retries)
+{
+    int rc = CTEST_FAIL;
+    hal_backend_t backend = NULL;
+    hal_device_t dev = NULL;
+    hal_allocator_t a = NULL;
+    hal_stream_t s1 = NULL;
+    void *small = NULL, *mid = NULL, *big = NULL, *extra = (void *)1, *again = NULL;
+    T_OK(open_small_device(&backend, &dev));
+    T_OK(hal_stream_create(dev, 0, &s1));
+    T_OK(hal_allocator_create(dev, NULL, &a));
+
+    /* Cache a small segment on the default stream and a large one freed on s1 but still used
+     * by the default stream (record_stream), then ask for all of the device. */
+    T_OK(hal_allocator_alloc(a, 512 * KiB, NULL, &small));
+    T_OK(hal_allocator_free(a, small));
+    small = NULL;
+    T_OK(hal_allocator_alloc(a, 3 * MiB, s1, &mid));
+    T_OK(hal_allocator_record_stream(a, mid, NULL));
+    T_OK(hal_allocator_free(a, mid));
+    mid = NULL;
+    hal_allocator_stats_t s = stats_of(a);
+    T_CHECK(s.reserved_bytes == 6 * MiB && s.cached_bytes == 6 * MiB);
+
+    T_OK(hal_allocator_alloc(a, 7 * MiB, NULL, &big));
+    s = stats_of(a);
+    T_CHECK(s.reserved_bytes == 8 * MiB && s.segment_free_count == 2 && s.oom_count == 0);
+    T_CHECK(s.segment_alloc_count == 3 && s.cached_bytes == 0);
+
+    /* Nothing left to release: a clean failure with the figures in the message. */
+    T_STATUS(hal_allocator_alloc(a, 1 * MiB, s1, &extra), HAL_ERROR_OUT_OF_DEVICE_MEMORY);
+    T_CHECK(extra == NULL);
+    T_MESSAGE("cpu: hal_allocator_alloc: out of device memory");
+    T_MESSAGE("requested 1048576 bytes");
+    T_MESSAGE("8388608 bytes allocated and 8388608 reserved");
+    T_MESSAGE("capacity exceeded"); /* the backend's own detail */
+    s = stats_of(a);
+    T_CHECK(s.oom_count == 1 && s.alloc_count == 3 && s.active_blocks == 1);
+    T_CHECK(s.reserved_bytes == 8 * MiB);
+
+    /* A block freed on the default stream serves s1 once its fence completes: at the latest
+     * the out-of-memory path waits for it, instead of failing. */
+    char *freed = big;
+    T_OK(hal_allocator_free(a, big));
+    big = NULL;
+    T_OK(hal_allocator_alloc(a, 7 * MiB, s1, &again));
+    T_CHECK((char *)again == freed);
+    s = stats_of(a);
+    T_CHECK(s.segment_alloc_count == 3 && s.oom_count == 1);
+    T_OK(hal_allocator_free(a, again));
+    again = NULL;
+
+    T_OK(hal_allocator_empty_cache(a));
+    s = stats_of(a);
+    T_CHECK(s.reserved_bytes == 0 && s.peak_reserved_bytes == 8 * MiB);
+    rc = CTEST_PASS;
+out:
+    hal_allocator_free(a, small);
+    hal_allocator_free(a, mid);
+    hal_allocator_free(a, big);
+    hal_allocator_free(a, again);
+    if (a != NULL)
+        hal_allocator_destroy(a);
+    if (s1 != NULL)
+        hal_stream_destroy(s1);
+    if (backend != NULL)
+        hal_backend_close(backend);
+    return rc;
+}
+
+CTEST(caching_allocator_oom, reports_the_kind_of_memory)
+{
+    int rc = CTEST_FAIL;
+    hal_backend_t backend = NULL;
+    hal_device_t dev = NULL;
+    hal_allocator_t a = NULL, pinned = NULL;
+    void *p = (void *)1;
+    T_OK(open_small_device(&backend, &dev));
+    T_OK(hal_allocator_create(dev, NULL, &a));
+    hal_allocator_config_t cfg = HAL_ALLOCATOR_CONFIG_INIT;
+    cfg.kind = HAL_MEM_KIND_HOST_PINNED;
+    T_OK(hal_allocator_create(dev, &cfg, &pinned));
+
+    T_STATUS(hal_allocator_alloc(a, 64 * MiB, NULL, &p), HAL_ERROR_OUT_OF_DEVICE_MEMORY);
+    T_CHECK(p == NULL);
+    T_STATUS(hal_allocator_alloc(a, SIZE_MAX, NULL, &p), HAL_ERROR_OUT_OF_DEVICE_MEMORY);
+    T_STATUS(hal_allocator_alloc(pinned, SIZE_MAX, NULL, &p), HAL_ERROR_OUT_OF_HOST_MEMORY);
+    T_MESSAGE("out of pinned host memory");
+    T_CHECK(stats_of(a).oom_count == 2 && stats_of(pinned).oom_count == 1);
+    T_CHECK(stats_of(a).reserved_bytes == 0);
+
+    /* Pinned memory does not count against the device's 8 MiB. */
+    T_OK(hal_allocator_alloc(pinned, 16 * MiB, NULL, &p));
+    T_OK(hal_allocator_free(pinned, p));
+    rc = CTEST_PASS;
+out:
+    if (pinned != NULL)
+        hal_allocator_destroy(pinned);
+    if (a != NULL)
+        hal_allocator_destroy(a);
+    if (backend != NULL)
+        hal_backend_close(backend);
+    return rc;
+}

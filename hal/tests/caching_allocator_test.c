@@ -1,0 +1,1144 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The caching allocator over the cpu backend, through the public API only: rounding, pools,
+ * split and coalesce, stream-ordered and cross-stream reuse, record_stream, empty_cache,
+ * statistics, argument and handle checks, and a multithreaded stress test. */
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "hal/tests/allocator_test_util.h"
+
+typedef struct fixture {
+    hal_backend_t backend;
+    hal_device_t dev, dev1;
+    hal_allocator_t alloc;
+} fixture_t;
+
+/* Opens the cpu backend and creates an allocator on its device 0 (config may be NULL). */
+static hal_status_t fixture_open(fixture_t *f, const hal_allocator_config_t *config)
+{
+    memset(f, 0, sizeof(*f));
+    hal_status_t st = hal_backend_open("cpu", &f->backend);
+    if (st != HAL_OK) {
+        fprintf(stderr, "hal_backend_open: %s\n", hal_last_error_message());
+        return st;
+    }
+    uint32_t n = 0;
+    if ((st = hal_device_count(f->backend, &n)) != HAL_OK || n < 2)
+        return st != HAL_OK ? st : HAL_ERROR_NOT_FOUND;
+    if ((st = hal_device_get(f->backend, 0, &f->dev)) != HAL_OK ||
+        (st = hal_device_get(f->backend, 1, &f->dev1)) != HAL_OK)
+        return st;
+    return hal_allocator_create(f->dev, config, &f->alloc);
+}
+
+/* Destroys the allocator (after the backend if blocks are still live) and closes the backend. */
+static void fixture_close(fixture_t *f)
+{
+    if (f->alloc != NULL && hal_allocator_destroy(f->alloc) != HAL_OK && f->backend != NULL) {
+        hal_backend_close(f->backend);
+        f->backend = NULL;
+        hal_allocator_destroy(f->alloc);
+    }
+    if (f->backend != NULL)
+        hal_backend_close(f->backend);
+    memset(f, 0, sizeof(*f));
+}
+
+CTEST(caching_allocator, create_checks_arguments)
+{
+    int rc = CTEST_FAIL;
+    fixture_t f;
+    hal_allocator_t a = NULL;
+    T_OK(fixture_open(&f, NULL));
+
+    T_STATUS(hal_allocator_create(NULL, NULL, &a), HAL_ERROR_INVALID_HANDLE);
+    T_STATUS(hal_allocator_create(f.dev, NULL, NULL), HAL_ERROR_INVALID_ARGUMENT);
+    T_MESSAGE("cpu: hal_allocator_create:");
+    hal_allocator_config_t cfg = HAL_ALLOCATOR_CONFIG_INIT;
+    cfg.struct_size = sizeof(hal_ext_header_t);
+    T_STATUS(hal_allocator_create(f.dev, &cfg, &a), HAL_ERROR_INVALID_ARGUMENT);
+    cfg = (hal_allocator_config_t)HAL_ALLOCATOR_CONFIG_INIT;
+    cfg.kind = HAL_MEM_KIND_UNREGISTERED;
+    T_STATUS(hal_allocator_create(f.dev, &cfg, &a), HAL_ERROR_INVALID_ARGUMENT);
+    cfg = (hal_allocator_config_t)HAL_ALLOCATOR_CONFIG_INIT;
+    cfg.small_segment = 512 * KiB;
+    T_STATUS(hal_allocator_create(f.dev, &cfg, &a), HAL_ERROR_INVALID_ARGUMENT);
+    T_MESSAGE("small_segment");
+    cfg = (hal_allocator_config_t)HAL_ALLOCATOR_CONFIG_INIT;
+    cfg.large_round = 1000;
+    T_STATUS(hal_allocator_create(f.dev, &cfg, &a), HAL_ERROR_INVALID_ARGUMENT);
+    T_CHECK(a == NULL);
+
+    /* The cpu backend has shared memory, so a shared-kind allocator works. */
+    cfg = (hal_allocator_config_t)HAL_ALLOCATOR_CONFIG_INIT;
+    cfg.kind = HAL_MEM_KIND_SHARED;
+    T_OK(hal_allocator_create(f.dev, &cfg, &a));
+    void *p = NULL;
+    T_OK(hal_allocator_alloc(a, 100, NULL, &p));
+    hal_mem_info_t info = HAL_MEM_INFO_INIT;
+    T_OK(hal_mem_get_info(p, &info));
+    T_CHECK(info.kind == HAL_MEM_KIND_SHARED);
+    T_OK(hal_allocator_free(a, p));
+    T_OK(hal_allocator_destroy(a));
+
+    /* A destroyed allocator is a stale handle. */
+    T_STATUS(hal_allocator_destroy(a), HAL_ERROR_INVALID_HANDLE);
+    T_STATUS(hal_allocator_alloc(a, 1, NULL, &p), HAL_ERROR_INVALID_HANDLE);
+    T_STATUS(hal_allocator_destroy(NULL), HAL_ERROR_INVALID_HANDLE);
+    rc = CTEST_PASS;
+out:
+    fixture_close(&f);
+    return rc;
+}
+
+CTEST(caching_allocator, rounds_requests_to_512_bytes)
+{
+    int rc = CTEST_FAIL;
+    fixture_t f;
+    void *p = NULL, *q = NULL, *z = (void *)1, *base = NULL;
+    size_t size = 0;
+    T_OK(fixture_open(&f, NULL));
+
+    T_OK(hal_allocator_alloc(f.alloc, 1, NULL, &p));
+    T_CHECK(((uintptr_t)p & 511) == 0);
+    hal_allocator_stats_t s = stats_of(f.alloc);
+    T_CHECK(s.allocated_bytes == 512 && s.requested_bytes == 1);
+    T_OK(hal_allocator_get_block(f.alloc, p, &base, &size));
+    T_CHECK(base == p && size == 1);
+
+    T_OK(hal_allocator_alloc(f.alloc, 513, NULL, &q));
+    T_CHECK(((uintptr_t)q & 511) == 0);
+    s = stats_of(f.alloc);
+    T_CHECK(s.allocated_bytes == 512 + 1024 && s.requested_bytes == 514);
+    /* Both come from one small segment, back to back. */
+    T_CHECK((char *)q == (char *)p + 512);
+    T_CHECK(s.segment_alloc_count == 1 && s.reserved_bytes == 2 * MiB);
+
+    /* Size 0 yields NULL and counts nothing. */
+    T_OK(hal_allocator_alloc(f.alloc, 0, NULL, &z));
+    T_CHECK(z == NULL);
+    T_CHECK(stats_of(f.alloc).alloc_count == 2);
+    T_OK(hal_allocator_free(f.alloc, NULL));
+
+    T_OK(hal_allocator_free(f.alloc, p));
+    p = NULL;
+    T_OK(hal_allocator_free(f.alloc, q));
+    q = NULL;
+    s = stats_of(f.alloc);
+    T_CHECK(s.allocated_bytes == 0 && s.requested_bytes == 0 && s.active_blocks == 0);
+    T_CHECK(s.alloc_count == 2 && s.free_count == 2);
+    rc = CTEST_PASS;
+out:
+    hal_allocator_free(f.alloc, p);
+    hal_allocator_free(f.alloc, q);
+    fixture_close(&f);
+    return rc;
+}
+
+CTEST(caching_allocator, small_and_large_pools)
+{
+    int rc = CTEST_FAIL;
+    fixture_t f;
+    void *small = NULL, *mid = NULL, *large = NULL, *tiny = NULL;
+    T_OK(fixture_open(&f, NULL));
+
+    /* 1 MiB is still small: a 2 MiB small segment, split. */
+    T_OK(hal_allocator_alloc(f.alloc, 1 * MiB, NULL, &small));
+    hal_allocator_stats_t s = stats_of(f.alloc);
+    T_CHECK(s.reserved_bytes == 2 * MiB && s.allocated_bytes == 1 * MiB);
+    T_CHECK(s.cached_blocks == 1 && s.cached_bytes == 1 * MiB);
+
+    /* Just above 1 MiB is large: its own 2 MiB segment; the remainder (< 1 MiB) is not split off
+     * and the small pool's free megabyte is not used. */
+    T_OK(hal_allocator_alloc(f.alloc, 1 * MiB + 1, NULL, &mid));
+    s = stats_of(f.alloc);
+    T_CHECK(s.segment_alloc_count == 2 && s.reserved_bytes == 4 * MiB);
+    T_CHECK(s.allocated_bytes == 3 * MiB && s.requested_bytes == 2 * MiB + 1);
+
+    /* 3 MiB rounds to a 4 MiB segment; a 1 MiB remainder is not split off either. */
+    T_OK(hal_allocator_alloc(f.alloc, 3 * MiB, NULL, &large));
+    s = stats_of(f.alloc);
+    T_CHECK(s.reserved_bytes == 8 * MiB && s.allocated_bytes == 7 * MiB);
+
+    /* A small request does not take the free large block. */
+    T_OK(hal_allocator_free(f.alloc, large));
+    char *freed_large = large;
+    large = NULL;
+    T_OK(hal_allocator_alloc(f.alloc, 512, NULL, &tiny));
+    T_CHECK(!((char *)tiny >= freed_large && (char *)tiny < freed_large + 4 * MiB));
+    T_CHECK((char *)tiny == (char *)small + 1 * MiB);
+    s = stats_of(f.alloc);
+    T_CHECK(s.segment_alloc_count == 3 && s.cache_hits == 1);
+
+    /* A large request takes it back. */
+    T_OK(hal_allocator_alloc(f.alloc, 3 * MiB + 512, NULL, &large));
+    T_CHECK((char *)large == freed_large);
+    T_CHECK(stats_of(f.alloc).segment_alloc_count == 3);
+    rc = CTEST_PASS;
+out:
+    hal_allocator_free(f.alloc, small);
+    hal_allocator_free(f.alloc, mid);
+    hal_allocator_free(f.alloc, large);
+    hal_allocator_free(f.alloc, tiny);
+    fixture_close(&f);
+    return rc;
+}
+
+CTEST(caching_allocator, splits_and_coalesces)
+{
+    int rc = CTEST_FAIL;
+    fixture_t f;
+    void *a = NULL, *b = NULL, *c = NULL, *whole = NULL, *base = NULL;
+    size_t size = 0;
+    T_OK(fixture_open(&f, NULL));
+
+    T_OK(hal_allocator_alloc(f.alloc, 256 * KiB, NULL, &a));
+    T_OK(hal_allocator_alloc(f.alloc, 256 * KiB, NULL, &b));
+    T_OK(hal_allocator_alloc(f.alloc, 256 * KiB, NULL, &c));
+    T_CHECK((char *)b == (char *)a + 256 * KiB && (char *)c == (char *)b + 256 * KiB);
+    hal_allocator_stats_t s = stats_of(f.alloc);
+    T_CHECK(s.segment_alloc_count == 1 && s.cached_blocks == 1);
+    T_CHECK(s.largest_cached_block == 2 * MiB - 768 * KiB && s.fragmentation == 0.0);
+
+    /* b alone is a hole: two free blocks, fragmentation 1 - largest / cached. */
+    T_OK(hal_allocator_free(f.alloc, b));
+    b = NULL;
+    s = stats_of(f.alloc);
+    T_CHECK(s.cached_blocks == 2 && s.cached_bytes == 2 * MiB - 512 * KiB);
+    T_CHECK(s.largest_cached_block == 2 * MiB - 768 * KiB);
+    double expected = 1.0 - (double)(2 * MiB - 768 * KiB) / (double)(2 * MiB - 512 * KiB);
+    T_CHECK(s.fragmentation > expected - 1e-9 && s.fragmentation < expected + 1e-9);
+
+    /* a merges with b; c then merges everything back into one 2 MiB block. */
+    T_OK(hal_allocator_free(f.alloc, a));
+    a = NULL;
+    s = stats_of(f.alloc);
+    T_CHECK(s.cached_blocks == 2 && s.largest_cached_block == 2 * MiB - 768 * KiB);
+    char *seg = NULL;
+    T_OK(hal_allocator_free(f.alloc, c));
+    c = NULL;
+    s = stats_of(f.alloc);
+    T_CHECK(s.cached_blocks == 1 && s.cached_bytes == 2 * MiB);
+    T_CHECK(s.largest_cached_block == 2 * MiB && s.fragmentation == 0.0);
+
+    /* The merged block serves 1 MiB from the segment start without a new segment. */
+    T_OK(hal_allocator_alloc(f.alloc, 1 * MiB, NULL, &whole));
+    seg = whole;
+    T_OK(hal_allocator_get_block(f.alloc, seg + 4096, &base, &size));
+    T_CHECK(base == whole && size == 1 * MiB);
+    s = stats_of(f.alloc);
+    T_CHECK(s.segment_alloc_count == 1 && s.cache_hits == 3);
+    rc = CTEST_PASS;
+out:
+    hal_allocator_free(f.alloc, a);
+    hal_allocator_free(f.alloc, b);
+    hal_allocator_free(f.alloc, c);
+    hal_allocator_free(f.alloc, whole);
+    fixture_close(&f);
+    return rc;
+}
+
+CTEST(caching_allocator, max_split_size)
+{
+    int rc = CTEST_FAIL;
+    fixture_t f;
+    void *big = NULL, *p = NULL, *q = NULL;
+    hal_allocator_config_t cfg = HAL_ALLOCATOR_CONFIG_INIT;
+    cfg.max_split_size = 4 * MiB;
+    T_OK(fixture_open(&f, &cfg));
+
+    T_OK(hal_allocator_alloc(f.alloc, 8 * MiB, NULL, &big));
+    char *freed = big;
+    T_OK(hal_allocator_free(f.alloc, big));
+    big = NULL;
+    /* Below max_split_size: the 8 MiB block is not split, a new segment is made. */
+    T_OK(hal_allocator_alloc(f.alloc, 2 * MiB, NULL, &p));
+    T_CHECK((char *)p != freed);
+    T_CHECK(stats_of(f.alloc).segment_alloc_count == 2);
+    /* Above it: the whole block is handed out unsplit. */
+    T_OK(hal_allocator_alloc(f.alloc, 5 * MiB, NULL, &q));
+    T_CHECK((char *)q == freed);
+    hal_allocator_stats_t s = stats_of(f.alloc);
+    T_CHECK(s.allocated_bytes == 10 * MiB && s.requested_bytes == 7 * MiB);
+    T_OK(hal_allocator_free(f.alloc, q));
+    q = NULL;
+    T_OK(hal_allocator_free(f.alloc, p));
+    p = NULL;
+    T_OK(hal_allocator_destroy(f.alloc));
+    f.alloc = NULL;
+
+    /* Without the limit the large block is split. */
+    T_OK(hal_allocator_create(f.dev, NULL, &f.alloc));
+    T_OK(hal_allocator_alloc(f.alloc, 8 * MiB, NULL, &big));
+    freed = big;
+    T_OK(hal_allocator_free(f.alloc, big));
+    big = NULL;
+    T_OK(hal_allocator_alloc(f.alloc, 3 * MiB, NULL, &q));
+    T_CHECK((char *)q == freed);
+    s = stats_of(f.alloc);
+    T_CHECK(s.allocated_bytes == 3 * MiB && s.cached_bytes == 5 * MiB);
+    T_OK(hal_allocator_free(f.alloc, q));
+    q = NULL;
+    T_OK(hal_allocator_destroy(f.alloc));
+    f.alloc = NULL;
+
+    /* A fresh segment above the limit serving a smaller request is handed out whole, and
+     * serves the same request again (it wastes no more than a new segment would). */
+    cfg.max_split_size = 3 * MiB;
+    T_OK(hal_allocator_create(f.dev, &cfg, &f.alloc));
+    T_OK(hal_allocator_alloc(f.alloc, 2 * MiB + 512 * KiB, NULL, &p));
+    freed = p;
+    T_CHECK(stats_of(f.alloc).allocated_bytes == 4 * MiB);
+    T_OK(hal_allocator_free(f.alloc, p));
+    p = NULL;
+    T_OK(hal_allocator_alloc(f.alloc, 2 * MiB + 512 * KiB, NULL, &p));
+    T_CHECK((char *)p == freed);
+    T_OK(hal_allocator_alloc(f.alloc, 2 * MiB + 512 * KiB, NULL, &q));
+    T_CHECK(stats_of(f.alloc).segment_alloc_count == 2);
+    rc = CTEST_PASS;
+out:
+    hal_allocator_free(f.alloc, big);
+    hal_allocator_free(f.alloc, p);
+    hal_allocator_free(f.alloc, q);
+    fixture_close(&f);
+    return rc;
+}
+
+CTEST(caching_allocator, reuses_on_the_same_stream_without_hal_calls)
+{
+    int rc = CTEST_FAIL;
+    fixture_t f;
+    hal_stream_t s1 = NULL;
+    void *p = NULL, *q = NULL;
+    gate_t gate;
+    gate_init(&gate);
+    T_OK(fixture_open(&f, NULL));
+    T_OK(hal_stream_create(f.dev, 0, &s1));
+
+    T_OK(hal_allocator_alloc(f.alloc, 4096, s1, &p));
+    char *first = p;
+    /* Pending work on the stream does not matter: stream order protects the reuse. */
+    T_OK(hal_stream_add_callback(s1, gate_wait, &gate));
+    T_OK(hal_allocator_free(f.alloc, p));
+    p = NULL;
+    hal_allocator_stats_t before = stats_of(f.alloc);
+    hal_mem_stats_t dev_before = HAL_MEM_STATS_INIT;
+    T_OK(hal_device_get_mem_stats(f.dev, &dev_before));
+    for (int i = 0; i < 100; i++) {
+        T_OK(hal_allocator_alloc(f.alloc, 4096, s1, &q));
+        T_CHECK((char *)q == first);
+        T_OK(hal_allocator_free(f.alloc, q));
+        q = NULL;
+    }
+    hal_allocator_stats_t after = stats_of(f.alloc);
+    hal_mem_stats_t dev_after = HAL_MEM_STATS_INIT;
+    T_OK(hal_device_get_mem_stats(f.dev, &dev_after));
+    T_CHECK(after.segment_alloc_count == before.segment_alloc_count);
+    T_CHECK(after.cache_hits == before.cache_hits + 100);
+    T_CHECK(dev_after.total_alloc_calls == dev_before.total_alloc_calls);
+    rc = CTEST_PASS;
+out:
+    gate_open(&gate);
+    hal_allocator_free(f.alloc, p);
+    hal_allocator_free(f.alloc, q);
+    if (s1 != NULL)
+        hal_stream_destroy(s1);
+    fixture_close(&f);
+    gate_destroy(&gate);
+    return rc;
+}
+
+CTEST(caching_allocator, reuses_across_streams_only_after_the_fence)
+{
+    int rc = CTEST_FAIL;
+    fixture_t f;
+    hal_stream_t sa = NULL, sb = NULL;
+    void *x = NULL, *y = NULL, *z = NULL;
+    gate_t gate;
+    gate_init(&gate);
+    int gated = 0;
+    T_OK(fixture_open(&f, NULL));
+    T_OK(hal_stream_create(f.dev, 0, &sa));
+    T_OK(hal_stream_create(f.dev, 0, &sb));
+
+    /* 2 MiB blocks fill their segments exactly, so no remainder can serve the requests. */
+    T_OK(hal_allocator_alloc(f.alloc, 2 * MiB, sa, &x));
+    char *freed = x;
+    T_OK(hal_stream_add_callback(sa, gate_wait, &gate));
+    gated = 1;
+    T_OK(hal_allocator_free(f.alloc, x));
+    x = NULL;
+
+    /* Stream A's work is stuck behind the gate: B must not get the block. */
+    T_OK(hal_allocator_alloc(f.alloc, 2 * MiB, sb, &y));
+    T_CHECK((char *)y != freed);
+    hal_allocator_stats_t s = stats_of(f.alloc);
+    T_CHECK(s.segment_alloc_count == 2 && s.cached_blocks == 1);
+
+    /* Once A's work is done, B reuses it without a new segment. */
+    gate_open(&gate);
+    gated = 0;
+    T_OK(hal_stream_synchronize(sa));
+    T_OK(hal_allocator_alloc(f.alloc, 2 * MiB, sb, &z));
+    T_CHECK((char *)z == freed);
+    hal_allocator_stats_t s2 = stats_of(f.alloc);
+    T_CHECK(s2.segment_alloc_count == 2 && s2.cache_hits == s.cache_hits + 1);
+    rc = CTEST_PASS;
+out:
+    if (gated)
+        gate_open(&gate);
+    hal_allocator_free(f.alloc, x);
+    hal_allocator_free(f.alloc, y);
+    hal_allocator_free(f.alloc, z);
+    if (sa != NULL)
+        hal_stream_destroy(sa);
+    if (sb != NULL)
+        hal_stream_destroy(sb);
+    fixture_close(&f);
+    gate_destroy(&gate);
+    return rc;
+}
+
+CTEST(caching_allocator, reuses_blocks_of_destroyed_streams)
+{
+    int rc = CTEST_FAIL;
+    fixture_t f;
+    hal_stream_t s1 = NULL;
+    void *x = NULL, *y = NULL;
+    T_OK(fixture_open(&f, NULL));
+    T_OK(hal_stream_create(f.dev, 0, &s1));
+
+    T_OK(hal_allocator_alloc(f.alloc, 2 * MiB, s1, &x));
+    char *freed = x;
+    T_OK(hal_allocator_free(f.alloc, x));
+    x = NULL;
+    /* Destroying the stream drained its work: its cached block serves another stream. */
+    T_OK(hal_stream_destroy(s1));
+    s1 = NULL;
+    T_OK(hal_allocator_alloc(f.alloc, 2 * MiB, NULL, &y));
+    T_CHECK((char *)y == freed);
+    T_CHECK(stats_of(f.alloc).segment_alloc_count == 1);
+    T_OK(hal_allocator_free(f.alloc, y));
+    y = NULL;
+    T_OK(hal_allocator_empty_cache(f.alloc));
+    T_CHECK(stats_of(f.alloc).reserved_bytes == 0);
+    T_OK(hal_allocator_alloc(f.alloc, 2 * MiB, NULL, &y));
+    rc = CTEST_PASS;
+out:
+    hal_allocator_free(f.alloc, x);
+    hal_allocator_free(f.alloc, y);
+    if (s1 != NULL)
+        hal_stream_destroy(s1);
+    fixture_close(&f);
+    return rc;
+}
+
+CTEST(caching_allocator, record_stream_holds_the_block_back)
+{
+    int rc = CTEST_FAIL;
+    fixture_t f;
+    hal_stream_t sa = NULL, sb = NULL, other = NULL;
+    void *x = NULL, *y = NULL, *z = NULL;
+    gate_t gate;
+    gate_init(&gate);
+    int gated = 0;
+    T_OK(fixture_open(&f, NULL));
+    T_OK(hal_stream_create(f.dev, 0, &sa));
+    T_OK(hal_stream_create(f.dev, 0, &sb));
+    T_OK(hal_stream_create(f.dev1, 0, &other));
+
+    T_OK(hal_allocator_alloc(f.alloc, 2 * MiB, sa, &x));
+    char *freed = x;
+    /* Argument checks first: none of them changes anything. */
+    T_STATUS(hal_allocator_record_stream(f.alloc, freed + 512, sb), HAL_ERROR_INVALID_ARGUMENT);
+    T_MESSAGE("interior");
+    T_STATUS(hal_allocator_record_stream(f.alloc, &rc, sb), HAL_ERROR_INVALID_ARGUMENT);
+    T_STATUS(hal_allocator_record_stream(f.alloc, x, other), HAL_ERROR_INVALID_ARGUMENT);
+    T_MESSAGE("another device");
+    T_STATUS(hal_allocator_record_stream(NULL, x, sb), HAL_ERROR_INVALID_HANDLE);
+    /* Recording the allocation stream is a no-op; recording B twice counts once. */
+    T_OK(hal_allocator_record_stream(f.alloc, x, sa));
+    T_OK(hal_allocator_record_stream(f.alloc, x, sb));
+    T_OK(hal_allocator_record_stream(f.alloc, x, sb));
+
+    T_OK(hal_stream_add_callback(sb, gate_wait, &gate));
+    gated = 1;
+    T_OK(hal_allocator_free(f.alloc, x));
+    x = NULL;
+    hal_allocator_stats_t s = stats_of(f.alloc);
+    T_CHECK(s.cached_blocks == 1 && s.cached_bytes == 2 * MiB && s.allocated_bytes == 0);
+
+    /* Held back even on its own stream while B's work is pending. */
+    T_OK(hal_allocator_alloc(f.alloc, 2 * MiB, sa, &y));
+    T_CHECK((char *)y != freed);
+    T_CHECK(stats_of(f.alloc).segment_alloc_count == 2);
+
+    gate_open(&gate);
+    gated = 0;
+    T_OK(hal_stream_synchronize(sb));
+    T_OK(hal_allocator_alloc(f.alloc, 2 * MiB, sa, &z));
+    T_CHECK((char *)z == freed);
+    T_CHECK(stats_of(f.alloc).segment_alloc_count == 2);
+    rc = CTEST_PASS;
+out:
+    if (gated)
+        gate_open(&gate);
+    hal_allocator_free(f.alloc, x);
+    hal_allocator_free(f.alloc, y);
+    hal_allocator_free(f.alloc, z);
+    if (sa != NULL)
+        hal_stream_destroy(sa);
+    if (sb != NULL)
+        hal_stream_destroy(sb);
+    if (other != NULL)
+        hal_stream_destroy(other);
+    fixture_close(&f);
+    gate_destroy(&gate);
+    return rc;
+}
+
+CTEST(caching_allocator, empty_cache_returns_free_segments)
+{
+    int rc = CTEST_FAIL;
+    fixture_t f;
+    hal_stream_t s1 = NULL;
+    void *p[6] = { NULL };
+    T_OK(fixture_open(&f, NULL));
+    T_OK(hal_stream_create(f.dev, 0, &s1));
+
+    for (int i = 0; i < 6; i++)
+        T_OK(hal_allocator_alloc(f.alloc, (i % 2) ? 3 * MiB : 100 * KiB, (i % 3) ? s1 : NULL,
+                                 &p[i]));
+    /* record_stream on one block, so that empty_cache also waits for a held block. */
+    T_OK(hal_allocator_record_stream(f.alloc, p[0], s1));
+    hal_allocator_stats_t s = stats_of(f.alloc);
+    T_CHECK(s.reserved_bytes > 0);
+    uint64_t peak = s.peak_reserved_bytes;
+
+    /* With a live block, that block's segment stays. */
+    for (int i = 1; i < 6; i++) {
+        T_OK(hal_allocator_free(f.alloc, p[i]));
+        p[i] = NULL;
+    }
+    T_OK(hal_allocator_empty_cache(f.alloc));
+    s = stats_of(f.alloc);
+    T_CHECK(s.reserved_bytes == 2 * MiB && s.active_blocks == 1);
+
+    T_OK(hal_allocator_free(f.alloc, p[0]));
+    p[0] = NULL;
+    T_OK(hal_allocator_empty_cache(f.alloc));
+    s = stats_of(f.alloc);
+    T_CHECK(s.reserved_bytes == 0 && s.cached_blocks == 0 && s.cached_bytes == 0);
+    T_CHECK(s.segment_free_count == s.segment_alloc_count);
+    T_CHECK(s.peak_reserved_bytes == peak && s.largest_cached_block == 0);
+    T_CHECK(s.fragmentation == 0.0);
+    hal_mem_stats_t ms = HAL_MEM_STATS_INIT;
+    T_OK(hal_device_get_mem_stats(f.dev, &ms));
+    T_CHECK(ms.device_allocations == 0);
+    rc = CTEST_PASS;
+out:
+    for (int i = 0; i < 6; i++)
+        hal_allocator_free(f.alloc, p[i]);
+    if (s1 != NULL)
+        hal_stream_destroy(s1);
+    fixture_close(&f);
+    return rc;
+}
+
+CTEST(caching_allocator, stats_and_peaks)
+{
+    int rc = CTEST_FAIL;
+    fixture_t f;
+    void *p = NULL, *q = NULL;
+    T_OK(fixture_open(&f, NULL));
+
+    T_STATUS(hal_allocator_get_stats(f.alloc, NULL), HAL_ERROR_INVALID_ARGUMENT);
+    hal_allocator_stats_t small = HAL_ALLOCATOR_STATS_INIT;
+    small.struct_size = sizeof(hal_ext_header_t);
+    T_STATUS(hal_allocator_get_stats(f.alloc, &small), HAL_ERROR_INVALID_ARGUMENT);
+    T_STATUS(hal_allocator_get_stats(NULL, &small), HAL_ERROR_INVALID_HANDLE);
+    T_STATUS(hal_allocator_reset_peak_stats(NULL), HAL_ERROR_INVALID_HANDLE);
+
+    T_OK(hal_allocator_alloc(f.alloc, 5 * MiB, NULL, &p));
+    T_OK(hal_allocator_alloc(f.alloc, 1000, NULL, &q));
+    hal_allocator_stats_t s = stats_of(f.alloc);
+    T_CHECK(s.struct_size == sizeof(s));
+    T_CHECK(s.allocated_bytes == 6 * MiB + 1024 && s.requested_bytes == 5 * MiB + 1000);
+    T_CHECK(s.reserved_bytes == 8 * MiB);
+    T_CHECK(s.peak_allocated_bytes == s.allocated_bytes && s.peak_reserved_bytes == 8 * MiB);
+    T_CHECK(s.alloc_count == 2 && s.active_blocks == 2 && s.segment_alloc_count == 2);
+    T_CHECK(s.cache_hits == 0 && s.oom_count == 0);
+
+    T_OK(hal_allocator_free(f.alloc, p));
+    p = NULL;
+    s = stats_of(f.alloc);
+    T_CHECK(s.allocated_bytes == 1024 && s.peak_allocated_bytes == 6 * MiB + 1024);
+    T_CHECK(s.free_count == 1 && s.active_blocks == 1);
+    T_CHECK(s.cached_bytes == 8 * MiB - 1024 && s.largest_cached_block == 6 * MiB);
+
+    T_OK(hal_allocator_reset_peak_stats(f.alloc));
+    s = stats_of(f.alloc);
+    T_CHECK(s.peak_allocated_bytes == 1024 && s.peak_reserved_bytes == 8 * MiB);
+    T_OK(hal_allocator_empty_cache(f.alloc));
+    T_OK(hal_allocator_reset_peak_stats(f.alloc));
+    s = stats_of(f.alloc);
+    T_CHECK(s.peak_reserved_bytes == 2 * MiB && s.reserved_bytes == 2 * MiB);
+    rc = CTEST_PASS;
+out:
+    hal_allocator_free(f.alloc, p);
+    hal_allocator_free(f.alloc, q);
+    fixture_close(&f);
+    return rc;
+}
+
+CTEST(caching_allocator, rejects_bad_pointers_without_side_effects)
+{
+    int rc = CTEST_FAIL;
+    fixture_t f;
+    void *p = NULL, *q = NULL, *base = NULL;
+    size_t size = 0;
+    int on_stack = 0;
+    T_OK(fixture_open(&f, NULL));
+
+    T_OK(hal_allocator_alloc(f.alloc, 3000, NULL, &p));
+    T_OK(hal_allocator_alloc(f.alloc, 3000, NULL, &q));
+    char *freed = q;
+    T_OK(hal_allocator_free(f.alloc, q));
+    q = NULL;
+    hal_allocator_stats_t before = stats_of(f.alloc);
+
+    T_STATUS(hal_allocator_free(f.alloc, freed), HAL_ERROR_INVALID_ARGUMENT);
+    T_MESSAGE("cpu: hal_allocator_free: ");
+    T_MESSAGE("is not a live block of this allocator (double free or foreign pointer)");
+    T_STATUS(hal_allocator_free(f.alloc, (char *)p + 1024), HAL_ERROR_INVALID_ARGUMENT);
+    T_MESSAGE("interior pointer");
+    T_STATUS(hal_allocator_free(f.alloc, &on_stack), HAL_ERROR_INVALID_ARGUMENT);
+    T_STATUS(hal_allocator_free(NULL, p), HAL_ERROR_INVALID_HANDLE);
+    hal_allocator_stats_t after = stats_of(f.alloc);
+    T_CHECK(memcmp(&before, &after, sizeof(before)) == 0);
+
+    /* get_block: base, interior, past the requested bytes, freed, foreign. */
+    T_OK(hal_allocator_get_block(f.alloc, p, &base, &size));
+    T_CHECK(base == p && size == 3000);
+    base = NULL;
+    T_OK(hal_allocator_get_block(f.alloc, (char *)p + 2999, &base, NULL));
+    T_CHECK(base == p);
+    T_OK(hal_allocator_get_block(f.alloc, (char *)p + 1, NULL, NULL));
+    T_STATUS(hal_allocator_get_block(f.alloc, (char *)p + 3000, &base, &size), HAL_ERROR_NOT_FOUND);
+    T_STATUS(hal_allocator_get_block(f.alloc, freed, &base, &size), HAL_ERROR_NOT_FOUND);
+    T_STATUS(hal_allocator_get_block(f.alloc, &on_stack, &base, &size), HAL_ERROR_NOT_FOUND);
+    T_STATUS(hal_allocator_get_block(f.alloc, NULL, &base, &size), HAL_ERROR_NOT_FOUND);
+    T_STATUS(hal_allocator_get_block(NULL, p, &base, &size), HAL_ERROR_INVALID_HANDLE);
+    after = stats_of(f.alloc);
+    T_CHECK(memcmp(&before, &after, sizeof(before)) == 0);
+
+    /* The live block is intact and still frees once. */
+    T_OK(hal_allocator_free(f.alloc, p));
+    p = NULL;
+    rc = CTEST_PASS;
+out:
+    hal_allocator_free(f.alloc, p);
+    fixture_close(&f);
+    return rc;
+}
+
+CTEST(caching_allocator, checks_handles_and_streams)
+{
+    int rc = CTEST_FAIL;
+    fixture_t f;
+    hal_stream_t other = NULL, dead = NULL;
+    void *p = (void *)1;
+    T_OK(fixture_open(&f, NULL));
+    T_OK(hal_stream_create(f.dev1, 0, &other));
+    T_OK(hal_stream_create(f.dev, 0, &dead));
+    T_OK(hal_stream_destroy(dead));
+
+    T_STATUS(hal_allocator_alloc(NULL, 16, NULL, &p), HAL_ERROR_INVALID_HANDLE);
+    T_STATUS(hal_allocator_alloc(f.alloc, 16, NULL, NULL), HAL_ERROR_INVALID_ARGUMENT);
+    T_MESSAGE("cpu: hal_allocator_alloc:");
+    T_STATUS(hal_allocator_alloc(f.alloc, 16, other, &p), HAL_ERROR_INVALID_ARGUMENT);
+    T_MESSAGE("another device");
+    T_STATUS(hal_allocator_alloc(f.alloc, 16, dead, &p), HAL_ERROR_INVALID_HANDLE);
+    T_STATUS(hal_allocator_alloc(f.alloc, 16, (hal_stream_t)(void *)f.dev, &p),
+             HAL_ERROR_INVALID_HANDLE);
+    T_CHECK(p == (void *)1);
+    T_STATUS(hal_allocator_empty_cache(NULL), HAL_ERROR_INVALID_HANDLE);
+    T_STATUS(hal_allocator_record_stream(f.alloc, NULL, NULL), HAL_ERROR_INVALID_ARGUMENT);
+    hal_allocator_stats_t s = stats_of(f.alloc);
+    T_CHECK(s.alloc_count == 0 && s.reserved_bytes == 0 && s.oom_count == 0);
+
+    /* An allocator on device 1 with its own stream. */
+    hal_allocator_t a1 = NULL;
+    T_OK(hal_allocator_create(f.dev1, NULL, &a1));
+    T_OK(hal_allocator_alloc(a1, 16, other, &p));
+    T_STATUS(hal_allocator_free(f.alloc, p), HAL_ERROR_INVALID_ARGUMENT);
+    T_OK(hal_allocator_free(a1, p));
+    T_OK(hal_allocator_destroy(a1));
+    rc = CTEST_PASS;
+out:
+    if (other != NULL)
+        hal_stream_destroy(other);
+    fixture_close(&f);
+    return rc;
+}
+
+CTEST(caching_allocator, destroy_with_live_blocks_is_busy)
+{
+    int rc = CTEST_FAIL;
+    fixture_t f;
+    void *p = NULL, *q = NULL;
+    T_OK(fixture_open(&f, NULL));
+
+    T_OK(hal_allocator_alloc(f.alloc, 64 * KiB, NULL, &p));
+    T_STATUS(hal_allocator_destroy(f.alloc), HAL_ERROR_BUSY);
+    T_MESSAGE("cpu: hal_allocator_destroy: 1 blocks");
+    /* Nothing was destroyed. */
+    T_OK(hal_allocator_alloc(f.alloc, 64 * KiB, NULL, &q));
+    T_OK(hal_allocator_free(f.alloc, q));
+    q = NULL;
+    T_OK(hal_allocator_free(f.alloc, p));
+    p = NULL;
+    T_OK(hal_allocator_destroy(f.alloc));
+    hal_allocator_t dead = f.alloc;
+    f.alloc = NULL;
+    T_STATUS(hal_allocator_get_stats(dead, &(hal_allocator_stats_t)HAL_ALLOCATOR_STATS_INIT),
+             HAL_ERROR_INVALID_HANDLE);
+    hal_mem_stats_t ms = HAL_MEM_STATS_INIT;
+    T_OK(hal_device_get_mem_stats(f.dev, &ms));
+    T_CHECK(ms.device_allocations == 0 && ms.device_bytes_in_use == 0);
+    rc = CTEST_PASS;
+out:
+    hal_allocator_free(f.alloc, p);
+    hal_allocator_free(f.alloc, q);
+    fixture_close(&f);
+    return rc;
+}
+
+CTEST(caching_allocator, device_closed_invalidates_the_allocator)
+{
+    int rc = CTEST_FAIL;
+    fixture_t f;
+    void *p = NULL;
+    T_OK(fixture_open(&f, NULL));
+    T_OK(hal_allocator_alloc(f.alloc, 4096, NULL, &p));
+    T_OK(hal_backend_close(f.backend));
+    f.backend = NULL;
+
+    void *q = NULL;
+    T_STATUS(hal_allocator_alloc(f.alloc, 4096, NULL, &q), HAL_ERROR_INVALID_HANDLE);
+    T_MESSAGE("closed");
+    T_STATUS(hal_allocator_free(f.alloc, p), HAL_ERROR_INVALID_HANDLE);
+    T_STATUS(hal_allocator_empty_cache(f.alloc), HAL_ERROR_INVALID_HANDLE);
+    /* destroy still releases the allocator's own memory. */
+    T_OK(hal_allocator_destroy(f.alloc));
+    f.alloc = NULL;
+    rc = CTEST_PASS;
+out:
+    fixture_close(&f);
+    return rc;
+}
+
+CTEST(caching_allocator, pinned_host_memory)
+{
+    int rc = CTEST_FAIL;
+    fixture_t f;
+    hal_allocator_t pinned = NULL;
+    hal_stream_t s1 = NULL;
+    void *p = NULL, *d = NULL;
+    T_OK(fixture_open(&f, NULL));
+    T_OK(hal_stream_create(f.dev, 0, &s1));
+    hal_allocator_config_t cfg = HAL_ALLOCATOR_CONFIG_INIT;
+    cfg.kind = HAL_MEM_KIND_HOST_PINNED;
+    T_OK(hal_allocator_create(f.dev, &cfg, &pinned));
+
+    T_OK(hal_allocator_alloc(pinned, 10000, s1, &p));
+    hal_mem_info_t info = HAL_MEM_INFO_INIT;
+    T_OK(hal_mem_get_info(p, &info));
+    T_CHECK(info.kind == HAL_MEM_KIND_HOST_PINNED && info.device == f.dev);
+    T_CHECK(info.size == 2 * MiB);
+    memset(p, 0x5a, 10000);
+    /* A stream-ordered copy from the pinned block into a device block. */
+    T_OK(hal_allocator_alloc(f.alloc, 10000, s1, &d));
+    T_OK(hal_memcpy_async(d, p, 10000, s1));
+    T_OK(hal_stream_synchronize(s1));
+    T_CHECK(((unsigned char *)d)[9999] == 0x5a);
+    T_OK(hal_allocator_record_stream(pinned, p, NULL));
+    T_OK(hal_allocator_free(pinned, p));
+    p = NULL;
+    hal_allocator_stats_t s = stats_of(pinned);
+    T_CHECK(s.reserved_bytes == 2 * MiB && s.cached_bytes == 2 * MiB);
+    T_OK(hal_allocator_empty_cache(pinned));
+    T_CHECK(stats_of(pinned).reserved_bytes == 0);
+    rc = CTEST_PASS;
+out:
+    hal_allocator_free(pinned, p);
+    hal_allocator_free(f.alloc, d);
+    if (pinned != NULL)
+        hal_allocator_destroy(pinned);
+    if (s1 != NULL)
+        hal_stream_destroy(s1);
+    fixture_close(&f);
+    return rc;
+}
+
+CTEST(caching_allocator, works_over_another_backend)
+{
+    int rc = CTEST_FAIL;
+    hal_backend_t backend = NULL;
+    hal_device_t dev = NULL;
+    hal_allocator_t a = NULL;
+    hal_stream_t s1 = NULL;
+    void *p = NULL, *q = NULL;
+    T_OK(hal_backend_open("template", &backend));
+    T_OK(hal_device_get(backend, 0, &dev));
+    T_OK(hal_stream_create(dev, 0, &s1));
+
+    /* No shared memory on this backend. */
+    hal_allocator_config_t cfg = HAL_ALLOCATOR_CONFIG_INIT;
+    cfg.kind = HAL_MEM_KIND_SHARED;
+    T_STATUS(hal_allocator_create(dev, &cfg, &a), HAL_ERROR_UNSUPPORTED);
+    T_MESSAGE("template: hal_allocator_create:");
+    T_CHECK(a == NULL);
+
+    T_OK(hal_allocator_create(dev, NULL, &a));
+    T_OK(hal_allocator_alloc(a, 2 * MiB, s1, &p));
+    char *freed = p;
+    T_OK(hal_allocator_free(a, p));
+    p = NULL;
+    T_OK(hal_allocator_alloc(a, 2 * MiB, NULL, &q));
+    T_CHECK((char *)q == freed); /* its streams are synchronous: the fence is done at once */
+    T_OK(hal_allocator_free(a, q));
+    q = NULL;
+    T_STATUS(hal_allocator_free(a, freed), HAL_ERROR_INVALID_ARGUMENT);
+    T_MESSAGE("template: hal_allocator_free:");
+    T_OK(hal_allocator_empty_cache(a));
+    T_CHECK(stats_of(a).reserved_bytes == 0);
+    rc = CTEST_PASS;
+out:
+    hal_allocator_free(a, p);
+    hal_allocator_free(a, q);
+    if (a != NULL)
+        hal_allocator_destroy(a);
+    if (s1 != NULL)
+        hal_stream_destroy(s1);
+    if (backend != NULL)
+        hal_backend_close(backend);
+    return rc;
+}
+
+/* ---- multithreaded stress ---------------------------------------------------------------- */
+
+#define STRESS_THREADS 4
+#define STRESS_LIVE    16
+
+typedef struct stress_block {
+    unsigned char *ptr;
+    size_t size;
+    unsigned char tag;
+} stress_block_t;
+
+typedef struct stress_ctx {
+    hal_allocator_t alloc;
+    hal_stream_t stream; /* NULL: the default stream, shared by two threads */
+    unsigned id;
+    int iterations;
+    _Atomic(stress_block_t *) *mailbox; /* hands blocks to another thread to free */
+    atomic_int *failed;
+} stress_ctx_t;
+
+static uint64_t xorshift(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static size_t stress_size(uint64_t *rng)
+{
+    uint64_t r = xorshift(rng);
+    if (r % 32 == 0)
+        return 1 * MiB + (size_t)(xorshift(rng) % (3 * MiB)); /* large pool */
+    if (r % 8 == 0)
+        return 1 + (size_t)(xorshift(rng) % (512 * KiB));
+    return 1 + (size_t)(xorshift(rng) % 8192);
+}
+
+/* The pattern: one 64-bit word per 8 bytes (fewer accesses for the sanitizers to track), then
+ * the tail bytes. */
+static uint64_t stress_word(const stress_block_t *b, size_t i)
+{
+    return (UINT64_C(0x9E3779B97F4A7C15) * (i + 1)) ^ ((uint64_t)b->tag << 56);
+}
+
+static bool stress_verify(const stress_block_t *b)
+{
+    size_t words = b->size / 8;
+    const uint64_t *w = (const uint64_t *)b->ptr;
+    for (size_t i = 0; i < words; i++) {
+        if (w[i] != stress_word(b, i))
+            return false;
+    }
+    for (size_t i = words * 8; i < b->size; i++) {
+        if (b->ptr[i] != b->tag)
+            return false;
+    }
+    return true;
+}
+
+static void stress_fill(stress_block_t *b)
+{
+    size_t words = b->size / 8;
+    uint64_t *w = (uint64_t *)b->ptr;
+    for (size_t i = 0; i < words; i++)
+        w[i] = stress_word(b, i);
+    for (size_t i = words * 8; i < b->size; i++)
+        b->ptr[i] = b->tag;
+}
+
+/* Frees a block after checking that nothing else wrote into it. */
+static void stress_release(stress_ctx_t *c, stress_block_t *b)
+{
+    if (!stress_verify(b)) {
+        fprintf(stderr, "stress: block %p (%zu bytes) was overwritten\n", (void *)b->ptr, b->size);
+        atomic_store(c->failed, 1);
+    }
+    if (hal_allocator_free(c->alloc, b->ptr) != HAL_OK) {
+        fprintf(stderr, "stress: free: %s\n", hal_last_error_message());
+        atomic_store(c->failed, 1);
+    }
+    free(b);
+}
+
+static void *stress_thread(void *arg)
+{
+    stress_ctx_t *c = arg;
+    stress_block_t *live[STRESS_LIVE] = { NULL };
+    uint64_t rng = 0x9E3779B97F4A7C15ull * (c->id + 1);
+    for (int it = 0; it < c->iterations && !atomic_load(c->failed); it++) {
+        unsigned slot = (unsigned)(xorshift(&rng) % STRESS_LIVE);
+        if (live[slot] != NULL) {
+            /* Now and then another thread frees it. */
+            if (xorshift(&rng) % 4 == 0) {
+                stress_block_t *prev = atomic_exchange(&c->mailbox[c->id], live[slot]);
+                if (prev != NULL)
+                    stress_release(c, prev);
+            } else {
+                stress_release(c, live[slot]);
+            }
+            live[slot] = NULL;
+        }
+        stress_block_t *theirs =
+            atomic_exchange(&c->mailbox[(c->id + 1) % STRESS_THREADS], (stress_block_t *)NULL);
+        if (theirs != NULL)
+            stress_release(c, theirs);
+
+        stress_block_t *b = malloc(sizeof(*b));
+        if (b == NULL) {
+            atomic_store(c->failed, 1);
+            break;
+        }
+        b->size = stress_size(&rng);
+        b->tag = (unsigned char)(c->id * 61 + (unsigned)it);
+        void *p = NULL;
+        if (hal_allocator_alloc(c->alloc, b->size, c->stream, &p) != HAL_OK) {
+            fprintf(stderr, "stress: alloc: %s\n", hal_last_error_message());
+            atomic_store(c->failed, 1);
+            free(b);
+            break;
+        }
+        b->ptr = p;
+        stress_fill(b);
+        live[slot] = b;
+        if (it % 512 == 0) {
+            hal_allocator_stats_t s = HAL_ALLOCATOR_STATS_INIT;
+            if (hal_allocator_get_stats(c->alloc, &s) != HAL_OK ||
+                s.allocated_bytes > s.reserved_bytes)
+                atomic_store(c->failed, 1);
+            if (c->id == 0 && hal_allocator_empty_cache(c->alloc) != HAL_OK)
+                atomic_store(c->failed, 1);
+        }
+    }
+    for (unsigned i = 0; i < STRESS_LIVE; i++) {
+        if (live[i] != NULL)
+            stress_release(c, live[i]);
+    }
+    return NULL;
+}
+
+CTEST(caching_allocator, multithreaded_stress)
+{
+    int rc = CTEST_FAIL;
+    fixture_t f;
+    hal_stream_t streams[2] = { NULL, NULL };
+    _Atomic(stress_block_t *) mailbox[STRESS_THREADS];
+    atomic_int failed = 0;
+    stress_ctx_t ctx[STRESS_THREADS];
+    pthread_t threads[STRESS_THREADS];
+    int started = 0;
+    for (int i = 0; i < STRESS_THREADS; i++)
+        atomic_init(&mailbox[i], NULL);
+    T_OK(fixture_open(&f, NULL));
+    hal_device_properties_t props = HAL_DEVICE_PROPERTIES_INIT;
+    T_OK(hal_device_get_properties(f.dev, &props));
+    T_CHECK(props.host_addressable);
+    T_OK(hal_stream_create(f.dev, 0, &streams[0]));
+    T_OK(hal_stream_create(f.dev, 0, &streams[1]));
+
+    for (int i = 0; i < STRESS_THREADS; i++) {
+        ctx[i] = (stress_ctx_t){ .alloc = f.alloc,
+                                 .stream = i < 2 ? streams[i] : NULL,
+                                 .id = (unsigned)i,
+                                 .iterations = 3000,
+                                 .mailbox = mailbox,
+                                 .failed = &failed };
+        T_CHECK(pthread_create(&threads[i], NULL, stress_thread, &ctx[i]) == 0);
+        started++;
+    }
+    for (; started > 0; started--)
+        pthread_join(threads[started - 1], NULL);
+    for (int i = 0; i < STRESS_THREADS; i++) {
+        stress_block_t *b = atomic_exchange(&mailbox[i], (stress_block_t *)NULL);
+        if (b != NULL)
+            stress_release(&ctx[0], b);
+    }
+    T_CHECK(atomic_load(&failed) == 0);
+    hal_allocator_stats_t s = stats_of(f.alloc);
+    T_CHECK(s.active_blocks == 0 && s.allocated_bytes == 0 && s.requested_bytes == 0);
+    T_CHECK(s.alloc_count == s.free_count && s.alloc_count > 0);
+    T_OK(hal_allocator_empty_cache(f.alloc));
+    s = stats_of(f.alloc);
+    T_CHECK(s.reserved_bytes == 0 && s.cached_blocks == 0);
+    rc = CTEST_PASS;
+out:
+    for (; started > 0; started--)
+        pthread_join(threads[started - 1], NULL);
+    for (int i = 0; i < 2; i++) {
+        if (streams[i] != NULL)
+            hal_stream_destroy(streams[i]);
+    }
+    fixture_close(&f);
+    return rc;
+}
+
+/* Streams really running work: each block is freed while a memset of it is still queued
+ * (often behind a delay), so a block handed to another stream too early gets overwritten by
+ * the old stream's memset after the new owner's own memset, which the new owner notices when it
+ * checks the block later. */
+typedef struct ordered_ctx {
+    hal_allocator_t alloc;
+    hal_stream_t stream;
+    unsigned id;
+    atomic_int *failed;
+} ordered_ctx_t;
+
+typedef struct ordered_block {
+    unsigned char *ptr;
+    size_t size;
+    unsigned char tag;
+} ordered_block_t;
+
+static void delay_fn(hal_status_t status, void *user)
+{
+    (void)status;
+    (void)user;
+    struct timespec ts = { 0, 50000 };
+    nanosleep(&ts, NULL);
+}
+
+/* Waits for the stream, checks the block, re-writes it in stream order and frees it at once. */
+static bool ordered_retire(ordered_ctx_t *c, ordered_block_t *b, uint64_t *rng)
+{
+    if (hal_stream_synchronize(c->stream) != HAL_OK)
+        return false;
+    for (size_t i = 0; i < b->size; i += 509) {
+        if (b->ptr[i] != b->tag) {
+            fprintf(stderr, "ordered: block %p byte %zu is %u, expected %u\n", (void *)b->ptr, i,
+                    b->ptr[i], b->tag);
+            return false;
+        }
+    }
+    if (xorshift(rng) % 2 == 0 && hal_stream_add_callback(c->stream, delay_fn, NULL) != HAL_OK)
+        return false;
+    return hal_memset_async(b->ptr, b->tag, b->size, c->stream) == HAL_OK &&
+           hal_allocator_free(c->alloc, b->ptr) == HAL_OK;
+}
+
+#define ORDERED_RING       4
+#define ORDERED_ITERATIONS 1500
+
+static void *ordered_thread(void *arg)
+{
+    static const size_t sizes[] = { 4 * KiB, 16 * KiB, 64 * KiB, 200 * KiB };
+    ordered_ctx_t *c = arg;
+    ordered_block_t ring[ORDERED_RING];
+    unsigned head = 0, count = 0;
+    uint64_t rng = 0x2545F4914F6CDD1Dull * (c->id + 1);
+    for (int it = 0; it < ORDERED_ITERATIONS && !atomic_load(c->failed); it++) {
+        if (count == ORDERED_RING) {
+            if (!ordered_retire(c, &ring[head], &rng)) {
+                atomic_store(c->failed, 1);
+                break;
+            }
+            head = (head + 1) % ORDERED_RING;
+            count--;
+        }
+        ordered_block_t *b = &ring[(head + count) % ORDERED_RING];
+        b->size = sizes[xorshift(&rng) % 4];
+        b->tag = (unsigned char)(c->id * 64 + (unsigned)it % 64 + 1);
+        void *p = NULL;
+        if (hal_allocator_alloc(c->alloc, b->size, c->stream, &p) != HAL_OK ||
+            hal_memset_async(p, b->tag, b->size, c->stream) != HAL_OK) {
+            fprintf(stderr, "ordered: %s\n", hal_last_error_message());
+            atomic_store(c->failed, 1);
+            break;
+        }
+        b->ptr = p;
+        count++;
+    }
+    for (; count > 0; count--, head = (head + 1) % ORDERED_RING) {
+        if (!ordered_retire(c, &ring[head], &rng))
+            atomic_store(c->failed, 1);
+    }
+    return NULL;
+}
+
+CTEST(caching_allocator, stream_ordered_stress)
+{
+    int rc = CTEST_FAIL;
+    fixture_t f;
+    enum { N = 3 };
+    hal_stream_t streams[N] = { NULL };
+    ordered_ctx_t ctx[N];
+    pthread_t threads[N];
+    atomic_int failed = 0;
+    int started = 0;
+    /* Small segments, so that blocks change hands between streams often. */
+    hal_allocator_config_t cfg = HAL_ALLOCATOR_CONFIG_INIT;
+    cfg.small_segment = 1 * MiB;
+    T_OK(fixture_open(&f, &cfg));
+    for (int i = 0; i < N; i++)
+        T_OK(hal_stream_create(f.dev, 0, &streams[i]));
+    for (int i = 0; i < N; i++) {
+        ctx[i] = (ordered_ctx_t){ f.alloc, streams[i], (unsigned)i, &failed };
+        T_CHECK(pthread_create(&threads[i], NULL, ordered_thread, &ctx[i]) == 0);
+        started++;
+    }
+    for (; started > 0; started--)
+        pthread_join(threads[started - 1], NULL);
+    T_CHECK(atomic_load(&failed) == 0);
+    hal_allocator_stats_t s = stats_of(f.alloc);
+    T_CHECK(s.active_blocks == 0 && s.alloc_count == N * ORDERED_ITERATIONS);
+    rc = CTEST_PASS;
+out:
+    for (; started > 0; started--)
+        pthread_join(threads[started - 1], NULL);
+    for (int i = 0; i < N; i++) {
+        if (streams[i] != NULL)
+            hal_stream_destroy(streams[i]);
+    }
+    fixture_close(&f);
+    return rc;
+}
