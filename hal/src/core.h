@@ -94,8 +94,9 @@ hal_status_t hal_error(hal_status_t status, const char *backend, const char *cal
  * host->set_error (or the status name) with backend and call names. */
 hal_status_t hal_backend_error(hal_status_t status, const hal_backend_ops_t *ops, const char *call);
 
-/* host->set_error for backends. */
+/* host->set_error and host->take_error for backends. */
 void hal_host_set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+const char *hal_host_take_error(void);
 
 /* ---- handle checks ---- */
 
@@ -173,6 +174,7 @@ typedef struct hal_alloc_record {
     struct hal_device_s *device;
     void *cookie;
     bool free_pending; /* a stream-ordered free is queued */
+    bool ipc_mapped;   /* opened with hal_mem_ipc_open_handle, not allocated here */
 } hal_alloc_record_t;
 
 /* Inserts a record (copied). Returns HAL_ERROR_OUT_OF_HOST_MEMORY or HAL_ERROR_INTERNAL if the
@@ -197,6 +199,11 @@ void hal_validation_on_free_failure(const void *ptr, const char *call);
 void hal_validation_note_freed(const void *ptr);
 void hal_validation_report_leak(const char *backend, const char *what, const void *handle,
                                 size_t bytes);
+
+/* Forgets every open backend and allocation in a forked child, where the parent's backend
+ * threads do not exist: the child starts from a clean loader (loader.c, mem_map.c). */
+void hal_mem_map_reset_after_fork(void);
+void hal_handle_pool_reset_after_fork(void);
 
 /* ---- devices (device.c) ---- */
 hal_status_t hal_device_open_all(struct hal_backend_s *backend);

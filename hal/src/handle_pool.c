@@ -71,3 +71,8 @@ void hal_handle_release(void *handle, bool keep_forever)
     }
     pthread_mutex_unlock(&pool_lock);
 }
+
+void hal_handle_pool_reset_after_fork(void)
+{
+    pthread_mutex_init(&pool_lock, NULL);
+}

@@ -28,7 +28,25 @@ static const hal_host_services_t host_services = {
     .struct_size = sizeof(hal_host_services_t),
     .api_version = HAL_API_VERSION,
     .set_error = hal_host_set_error,
+    .take_error = hal_host_take_error,
 };
+
+/* In a forked child the parent's backends cannot work (their threads are gone), so the child
+ * forgets them: hal_backend_open then loads a fresh instance. Their handles stay dead-ends. */
+static void reset_after_fork(void)
+{
+    pthread_mutex_init(&loader_lock, NULL);
+    open_backends = NULL;
+    hal_mem_map_reset_after_fork();
+    hal_handle_pool_reset_after_fork();
+}
+
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void install_atfork(void)
+{
+    pthread_atfork(NULL, NULL, reset_after_fork);
+}
 
 hal_status_t hal_get_api_version(uint32_t *version)
 {
@@ -235,6 +253,7 @@ hal_status_t hal_backend_open(const char *name_or_path, hal_backend_t *out)
         return hal_error(HAL_ERROR_INVALID_ARGUMENT, NULL, call, "path too long");
     bool validate;
     HAL_CHECK(parse_layers(&validate));
+    pthread_once(&atfork_once, install_atfork);
 
     hal_status_t st;
     char resolved[PATH_MAX];

@@ -136,3 +136,10 @@ void hal_mem_map_drain_device(struct hal_device_s *device,
         fn(&victim, ctx);
     }
 }
+
+void hal_mem_map_reset_after_fork(void)
+{
+    /* Only the forking thread exists in the child; the lock may have been held by another. */
+    pthread_rwlock_init(&map_lock, NULL);
+    record_count = 0;
+}

@@ -94,6 +94,9 @@ hal_status_t hal_mem_alloc(hal_device_t device, hal_mem_kind_t kind, size_t size
 hal_status_t hal_mem_release_record(const hal_alloc_record_t *r, const char *call)
 {
     struct hal_device_s *d = r->device;
+    if (r->ipc_mapped)
+        return hal_finish(HAL_SLOT_CALL(d->ops, mem_ipc_close, d->impl, r->base, r->cookie), d->ops,
+                          call);
     hal_status_t st = HAL_SLOT_CALL(d->ops, mem_free, d->impl, r->kind, r->base, r->cookie);
     stats_sub(d, r->kind, r->size);
     if (d->backend->validate)
@@ -137,8 +140,86 @@ hal_status_t hal_mem_free(void *ptr)
     if (!ptr)
         return HAL_OK;
     hal_alloc_record_t r;
+    if (hal_mem_map_lookup(ptr, &r) && r.ipc_mapped)
+        return hal_error(HAL_ERROR_INVALID_ARGUMENT, r.device->ops->name, call,
+                         "%p was mapped with hal_mem_ipc_open_handle; use hal_mem_ipc_close_handle",
+                         ptr);
     if (!hal_mem_map_take(ptr, false, &r))
         return bad_free(ptr, call);
+    hal_status_t sync = quiesce_backend(r.device->backend, call);
+    hal_status_t st = hal_mem_release_record(&r, call);
+    return sync != HAL_OK ? sync : st;
+}
+
+hal_status_t hal_mem_ipc_get_handle(const void *ptr, hal_ipc_handle_t *handle)
+{
+    static const char call[] = "hal_mem_ipc_get_handle";
+    hal_alloc_record_t r;
+    if (!handle)
+        return hal_error(HAL_ERROR_INVALID_ARGUMENT, NULL, call, "handle is NULL");
+    if (!ptr || !hal_mem_map_lookup(ptr, &r) || r.kind != HAL_MEM_KIND_DEVICE || r.ipc_mapped)
+        return hal_error(HAL_ERROR_INVALID_ARGUMENT, NULL, call,
+                         "%p is not device memory allocated through the HAL", ptr);
+    struct hal_device_s *d = r.device;
+    if (!(d->props.capabilities & HAL_DEVICE_CAP_IPC))
+        return hal_error(HAL_ERROR_UNSUPPORTED, d->ops->name, call,
+                         "device %u cannot share memory with other processes (HAL_DEVICE_CAP_IPC)",
+                         d->index);
+    hal_backend_ptr_t p = { .ptr = (void *)ptr,
+                            .kind = r.kind,
+                            .device = d->impl,
+                            .base = r.base,
+                            .size = r.size,
+                            .cookie = r.cookie,
+                            .offset = (size_t)((const char *)ptr - r.base) };
+    memset(handle, 0, sizeof(*handle));
+    return hal_finish(HAL_SLOT_CALL(d->ops, mem_ipc_export, d->impl, &p, handle), d->ops, call);
+}
+
+hal_status_t hal_mem_ipc_open_handle(hal_device_t device, const hal_ipc_handle_t *handle,
+                                     void **ptr)
+{
+    static const char call[] = "hal_mem_ipc_open_handle";
+    HAL_CHECK_DEVICE(device, call);
+    const hal_backend_ops_t *ops = device->ops;
+    if (!handle || !ptr)
+        return hal_error(HAL_ERROR_INVALID_ARGUMENT, ops->name, call, "%s is NULL",
+                         handle ? "ptr" : "handle");
+    if (!(device->props.capabilities & HAL_DEVICE_CAP_IPC))
+        return hal_error(HAL_ERROR_UNSUPPORTED, ops->name, call,
+                         "device %u cannot share memory with other processes (HAL_DEVICE_CAP_IPC)",
+                         device->index);
+    void *p = NULL, *cookie = NULL;
+    size_t size = 0;
+    hal_status_t st = HAL_SLOT_CALL(ops, mem_ipc_open, device->impl, handle, &p, &size, &cookie);
+    if (st != HAL_OK)
+        return hal_finish(st, ops, call);
+    hal_alloc_record_t r = { .base = p,
+                             .size = size,
+                             .kind = HAL_MEM_KIND_DEVICE,
+                             .device = device,
+                             .cookie = cookie,
+                             .ipc_mapped = true };
+    st = hal_mem_map_insert(&r);
+    if (st != HAL_OK) {
+        ops->mem_ipc_close(device->impl, p, cookie);
+        return hal_error(st, ops->name, call,
+                         "cannot record the mapping (the address range is already in use, or out "
+                         "of host memory)");
+    }
+    *ptr = p;
+    return HAL_OK;
+}
+
+hal_status_t hal_mem_ipc_close_handle(void *ptr)
+{
+    static const char call[] = "hal_mem_ipc_close_handle";
+    hal_alloc_record_t r;
+    if (!ptr || !hal_mem_map_lookup(ptr, &r) || !r.ipc_mapped || r.base != ptr)
+        return hal_error(HAL_ERROR_INVALID_ARGUMENT, NULL, call,
+                         "%p is not an address returned by hal_mem_ipc_open_handle", ptr);
+    if (!hal_mem_map_take(ptr, false, &r))
+        return hal_error(HAL_ERROR_INVALID_ARGUMENT, NULL, call, "%p was closed concurrently", ptr);
     hal_status_t sync = quiesce_backend(r.device->backend, call);
     hal_status_t st = hal_mem_release_record(&r, call);
     return sync != HAL_OK ? sync : st;

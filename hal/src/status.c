@@ -85,6 +85,14 @@ void hal_host_set_error(const char *fmt, ...)
     backend_detail_set = true;
 }
 
+const char *hal_host_take_error(void)
+{
+    if (!backend_detail_set)
+        return NULL;
+    backend_detail_set = false;
+    return backend_detail;
+}
+
 hal_status_t hal_backend_error(hal_status_t status, const hal_backend_ops_t *ops, const char *call)
 {
     if (backend_detail_set) {

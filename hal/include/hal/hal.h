@@ -19,6 +19,7 @@
 #include "hal/hal_memory.h"
 #include "hal/hal_stream.h"
 #include "hal/hal_allocator.h"
+#include "hal/hal_comm.h"
 /* clang-format on */
 
 #endif /* HAL_HAL_H */

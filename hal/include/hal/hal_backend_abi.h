@@ -14,6 +14,7 @@
 #ifndef HAL_BACKEND_ABI_H
 #define HAL_BACKEND_ABI_H
 
+#include "hal/hal_comm.h"
 #include "hal/hal_types.h"
 #include "hal/hal_version.h"
 
@@ -48,7 +49,29 @@ typedef struct hal_host_services {
         __attribute__((format(printf, 1, 2)))
 #endif
         ;
+    /* Since 1.1. Returns and clears the detail left by set_error on the calling thread, or NULL.
+     * A backend that runs HAL code on its own threads (stream_launch_host_fn) uses it to keep
+     * the message of a failed function with the stream's latched error. */
+    const char *(*take_error)(void);
 } hal_host_services_t;
+
+/* A host function run in stream order (stream_launch_host_fn). stream_status is HAL_OK or the
+ * error already latched on the stream; a non-OK return latches on the stream. */
+typedef hal_status_t (*hal_stream_host_fn_t)(void *arg, hal_status_t stream_status);
+
+/* What a backend's native comm_init gets (since 1.1). The bootstrap functions exchange small
+ * blobs among the ranks (e.g. a native unique id); they block and honour the timeout. */
+typedef struct hal_backend_comm_args {
+    size_t struct_size;
+    int nranks;
+    int rank;
+    uint32_t timeout_ms;
+    void *bootstrap; /* pass to the functions below */
+    /* Gathers `size` bytes from every rank into out (nranks * size bytes, by rank). */
+    hal_status_t (*allgather)(void *bootstrap, const void *mine, size_t size, void *out);
+    /* Copies root's `size` bytes into data on every rank. */
+    hal_status_t (*broadcast)(void *bootstrap, void *data, size_t size, int root);
+} hal_backend_comm_args_t;
 
 typedef struct hal_backend_ops {
     size_t struct_size;   /* sizeof(hal_backend_ops_t) as the backend was compiled */
@@ -110,6 +133,58 @@ typedef struct hal_backend_ops {
     /* Optional: stream-ordered free. Without it the core frees from a host callback. */
     hal_status_t (*mem_free_async)(void *stream, void *device, hal_mem_kind_t kind, void *ptr,
                                    void *cookie);
+
+    /* ---- Version 1.1 slots ---- */
+
+    /* Optional: runs fn in stream order; a non-OK return latches on the stream (keep the detail
+     * from host->take_error()). fn may block (e.g. waiting for peers): do not let it hold
+     * resources other streams of the device need. Without it the HAL uses stream_add_callback
+     * and latches failures on the communicator only. */
+    hal_status_t (*stream_launch_host_fn)(void *stream, hal_stream_host_fn_t fn, void *arg);
+
+    /* Optional (HAL_DEVICE_CAP_IPC): another process on the same host maps device memory.
+     * export fills the handle for the allocation containing ptr->ptr (the handle names ptr->ptr
+     * itself, offset included, and the bytes from there to the allocation's end); open maps it
+     * into this process: *ptr is usable like the exporter's pointer, *size the bytes from it to
+     * the allocation's end, *cookie is handed back to close and in hal_backend_ptr_t; close
+     * unmaps what open returned. */
+    hal_status_t (*mem_ipc_export)(void *device, const hal_backend_ptr_t *ptr,
+                                   hal_ipc_handle_t *handle);
+    hal_status_t (*mem_ipc_open)(void *device, const hal_ipc_handle_t *handle, void **ptr,
+                                 size_t *size, void **cookie);
+    hal_status_t (*mem_ipc_close)(void *device, void *ptr, void *cookie);
+
+    /* Optional native collectives. comm_init creates the backend's communicator; each collective
+     * slot then overrides the HAL's host implementation for that call (slot by slot). Buffers
+     * are resolved and checked by the core; they are memory of the communicator's device. */
+    hal_status_t (*comm_init)(void *device, const hal_backend_comm_args_t *args, void **comm);
+    hal_status_t (*comm_destroy)(void *comm);
+    hal_status_t (*comm_abort)(void *comm);
+    hal_status_t (*comm_get_async_error)(void *comm);
+    hal_status_t (*comm_get_native_handle)(void *comm, uintptr_t *native);
+    hal_status_t (*allreduce)(void *comm, void *stream, const hal_backend_ptr_t *send,
+                              const hal_backend_ptr_t *recv, size_t count, hal_dtype_t dtype,
+                              hal_redop_t op);
+    hal_status_t (*broadcast)(void *comm, void *stream, const hal_backend_ptr_t *send,
+                              const hal_backend_ptr_t *recv, size_t count, hal_dtype_t dtype,
+                              int root);
+    hal_status_t (*reduce)(void *comm, void *stream, const hal_backend_ptr_t *send,
+                           const hal_backend_ptr_t *recv, size_t count, hal_dtype_t dtype,
+                           hal_redop_t op, int root);
+    hal_status_t (*allgather)(void *comm, void *stream, const hal_backend_ptr_t *send,
+                              const hal_backend_ptr_t *recv, size_t sendcount, hal_dtype_t dtype);
+    hal_status_t (*reduce_scatter)(void *comm, void *stream, const hal_backend_ptr_t *send,
+                                   const hal_backend_ptr_t *recv, size_t recvcount,
+                                   hal_dtype_t dtype, hal_redop_t op);
+    hal_status_t (*alltoall)(void *comm, void *stream, const hal_backend_ptr_t *send,
+                             const hal_backend_ptr_t *recv, size_t count, hal_dtype_t dtype);
+    hal_status_t (*send)(void *comm, void *stream, const hal_backend_ptr_t *send, size_t count,
+                         hal_dtype_t dtype, int peer);
+    hal_status_t (*recv)(void *comm, void *stream, const hal_backend_ptr_t *recv, size_t count,
+                         hal_dtype_t dtype, int peer);
+    /* Brackets the native calls of one HAL group (hal_group_begin/end). */
+    hal_status_t (*group_begin)(void *backend);
+    hal_status_t (*group_end)(void *backend);
 } hal_backend_ops_t;
 
 /* The one symbol a backend exports.

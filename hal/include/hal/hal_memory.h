@@ -75,6 +75,36 @@ hal_status_t hal_memcpy_async(void *dst, const void *src, size_t n, hal_stream_t
  * Thread safety: as hal_memcpy_async. */
 hal_status_t hal_memset_async(void *dst, int value, size_t n, hal_stream_t stream);
 
+/* Since 1.1. Creates a handle through which another process on the same host can map the memory
+ * from ptr to the end of its allocation (requires HAL_DEVICE_CAP_IPC). The handle stays usable
+ * while the allocation lives.
+ * [in]  ptr     device memory (base or interior pointer).
+ * [out] handle  receives the handle.
+ * Returns: HAL_OK; HAL_ERROR_INVALID_ARGUMENT (handle NULL, ptr not device memory allocated
+ * through the HAL); HAL_ERROR_UNSUPPORTED (no HAL_DEVICE_CAP_IPC).
+ * Thread safety: safe. */
+hal_status_t hal_mem_ipc_get_handle(const void *ptr, hal_ipc_handle_t *handle);
+
+/* Since 1.1. Maps memory another process exported. The mapping behaves as device memory of
+ * `device` (copies, memset, hal_mem_get_info) until hal_mem_ipc_close_handle; it must not be
+ * passed to hal_mem_free.
+ * [in]  device  a device of the same backend as the exporter's.
+ * [in]  handle  from hal_mem_ipc_get_handle in the exporting process.
+ * [out] ptr     receives the address (host-dereferenceable if the device is host-addressable).
+ * Returns: HAL_OK; HAL_ERROR_INVALID_HANDLE; HAL_ERROR_INVALID_ARGUMENT (NULL arguments, a
+ * malformed or foreign handle, a handle of this process); HAL_ERROR_NOT_FOUND (the exporter or
+ * its allocation is gone); HAL_ERROR_UNSUPPORTED (no HAL_DEVICE_CAP_IPC).
+ * Thread safety: safe. */
+hal_status_t hal_mem_ipc_open_handle(hal_device_t device, const hal_ipc_handle_t *handle,
+                                     void **ptr);
+
+/* Since 1.1. Unmaps what hal_mem_ipc_open_handle returned (after waiting for the device, like
+ * hal_mem_free).
+ * Returns: HAL_OK; HAL_ERROR_INVALID_ARGUMENT (not an address returned by
+ * hal_mem_ipc_open_handle).
+ * Thread safety: safe. */
+hal_status_t hal_mem_ipc_close_handle(void *ptr);
+
 #ifdef __cplusplus
 }
 #endif

@@ -42,11 +42,14 @@ typedef enum hal_mem_kind {
 } hal_mem_kind_t;
 
 /* ---- Device capabilities (bits of hal_device_properties_t.capabilities) -------------------- */
-#define HAL_DEVICE_CAP_SHARED_MEMORY  (UINT64_C(1) << 0) /* hal_mem_alloc(HAL_MEM_KIND_SHARED) */
-#define HAL_DEVICE_CAP_TIMING_EVENTS  (UINT64_C(1) << 1) /* HAL_EVENT_FLAG_TIMING */
-#define HAL_DEVICE_CAP_HOST_CALLBACKS (UINT64_C(1) << 2) /* hal_stream_add_callback */
-#define HAL_DEVICE_CAP_PEER_COPY      (UINT64_C(1) << 3) /* device-to-device copies across devices */
-#define HAL_DEVICE_CAP_STREAM_FREE    (UINT64_C(1) << 4) /* native stream-ordered free */
+#define HAL_DEVICE_CAP_SHARED_MEMORY      (UINT64_C(1) << 0) /* hal_mem_alloc(HAL_MEM_KIND_SHARED) */
+#define HAL_DEVICE_CAP_TIMING_EVENTS      (UINT64_C(1) << 1) /* HAL_EVENT_FLAG_TIMING */
+#define HAL_DEVICE_CAP_HOST_CALLBACKS     (UINT64_C(1) << 2) /* hal_stream_add_callback */
+#define HAL_DEVICE_CAP_PEER_COPY          (UINT64_C(1) << 3) /* device-to-device copies across devices */
+#define HAL_DEVICE_CAP_STREAM_FREE        (UINT64_C(1) << 4) /* native stream-ordered free */
+#define HAL_DEVICE_CAP_IPC                (UINT64_C(1) << 5) /* hal_mem_ipc_* across processes */
+#define HAL_DEVICE_CAP_FP8_COLLECTIVES    (UINT64_C(1) << 6) /* fp8 dtypes in collectives */
+#define HAL_DEVICE_CAP_NATIVE_COLLECTIVES (UINT64_C(1) << 7) /* the backend runs collectives */
 
 #define HAL_DEVICE_NAME_MAX   256
 #define HAL_DEVICE_VENDOR_MAX 64
@@ -112,6 +115,13 @@ typedef struct hal_mem_stats {
     {                                          \
         .struct_size = sizeof(hal_mem_stats_t) \
     }
+
+/* An inter-process memory handle (hal_mem_ipc_get_handle): plain bytes, safe to send to another
+ * process on the same host. */
+#define HAL_IPC_HANDLE_BYTES 64
+typedef struct hal_ipc_handle {
+    uint8_t bytes[HAL_IPC_HANDLE_BYTES];
+} hal_ipc_handle_t;
 
 /* ---- Events -------------------------------------------------------------------------------- */
 #define HAL_EVENT_FLAG_NONE   0u

@@ -16,7 +16,7 @@ extern "C" {
 #define HAL_VERSION_MINOR(version)     ((uint32_t)(version)&0xffffu)
 
 #define HAL_API_VERSION_MAJOR 1
-#define HAL_API_VERSION_MINOR 0
+#define HAL_API_VERSION_MINOR 1
 #define HAL_API_VERSION       HAL_MAKE_VERSION(HAL_API_VERSION_MAJOR, HAL_API_VERSION_MINOR)
 
 #ifdef __cplusplus
