@@ -1,0 +1,313 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The libnrt C ABI subset that the libnrt emulator implements, written from AWS Neuron's public
+ * documentation (not copied from, and not requiring, the Neuron headers).
+ *
+ * Pinned version: Neuron SDK 2.28.0, libnrt 2.30.50.0 (the public headers nrt/nrt.h and
+ * nrt/nrt_status.h of the aws-neuron-sdk repository at its "Neuron SDK Release 2.28.0" commit,
+ * nrt/nrt_version.h and ndl/neuron_driver_shared_tensor_batch_op.h as shipped with it).
+ *
+ * Everything here keeps the documented names, numeric values, argument order and struct layout,
+ * so a program built against the real headers can load the emulator in place of libnrt.so.1 and
+ * the other way round. Only the types and functions that the emulator provides are declared;
+ * the emulator's own extensions live in nrt_emu.h and are not part of libnrt.
+ *
+ * Layout rules taken from the headers: enums are int-sized; existing enumerators never change
+ * value (new ones are appended); versioned structs only grow at the end and are passed together
+ * with their size. */
+#ifndef HAL_BACKENDS_TRAINIUM_EMULATOR_NRT_ABI_H
+#define HAL_BACKENDS_TRAINIUM_EMULATOR_NRT_ABI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Runtime API version (nrt.h). */
+#define NRT_MAJOR_VERSION 2
+#define NRT_MINOR_VERSION 0
+
+/* ---- Status codes (nrt_status.h). Codes 8 and 12 are not defined. ---- */
+typedef enum {
+    NRT_SUCCESS = 0,
+    NRT_FAILURE = 1,            /* non-specific failure */
+    NRT_INVALID = 2,            /* invalid argument, NEFF, instruction, descriptor or size */
+    NRT_INVALID_HANDLE = 3,     /* invalid handle */
+    NRT_RESOURCE = 4,           /* failed to allocate a resource (device out of memory) */
+    NRT_TIMEOUT = 5,            /* operation timed out */
+    NRT_HW_ERROR = 6,           /* hardware failure */
+    NRT_QUEUE_FULL = 7,         /* execution input queue full */
+    NRT_LOAD_NOT_ENOUGH_NC = 9, /* not enough NeuronCores for the requested operation */
+    NRT_UNSUPPORTED_NEFF_VERSION = 10,
+    NRT_FAIL_HOST_MEM_ALLOC = 11, /* kept for backward compatibility; not returned */
+    NRT_UNINITIALIZED = 13,       /* call made before nrt_init() */
+    NRT_CLOSED = 14,              /* call made after nrt_close() */
+    NRT_QUEUE_EMPTY = 15,         /* a queue has no data */
+    NRT_EXEC_UNIT_UNRECOVERABLE = 101,
+    NRT_EXEC_BAD_INPUT = 1002,
+    NRT_EXEC_COMPLETED_WITH_NUM_ERR = 1003,
+    NRT_EXEC_COMPLETED_WITH_ERR = 1004,
+    NRT_EXEC_NC_BUSY = 1005,
+    NRT_EXEC_OOB = 1006,
+    NRT_COLL_PENDING = 1100,
+    NRT_EXEC_HW_ERR_COLLECTIVES = 1200,
+    NRT_EXEC_HW_ERR_HBM_UE = 1201,
+    NRT_EXEC_HW_ERR_NC_UE = 1202,
+    NRT_EXEC_HW_ERR_DMA_ABORT = 1203,
+    NRT_EXEC_SW_NQ_OVERFLOW = 1204,
+    NRT_EXEC_HW_ERR_REPAIRABLE_HBM_UE = 1205,
+    NRT_NETWORK_PROXY_FAILURE = 1206,
+} NRT_STATUS;
+
+/* ---- Handles (nrt.h). The tensor set is a bare void. ---- */
+typedef struct nrt_model nrt_model_t;
+typedef struct nrt_tensor nrt_tensor_t;
+typedef struct nrt_cc_context nrt_cc_context_t;
+typedef void nrt_tensor_set_t;
+
+/* ---- Enums (nrt.h) ---- */
+typedef enum {
+    NRT_TENSOR_PLACEMENT_DEVICE,  /* device memory (HBM) */
+    NRT_TENSOR_PLACEMENT_HOST,    /* deprecated: DMA-able host memory, at most 4 MB */
+    NRT_TENSOR_PLACEMENT_VIRTUAL, /* host memory */
+} nrt_tensor_placement_t;
+
+typedef enum {
+    NRT_FRAMEWORK_TYPE_INVALID = 0,
+    NRT_FRAMEWORK_TYPE_NO_FW = 1, /* no framework: pass "" for both version strings */
+    NRT_FRAMEWORK_TYPE_TENSORFLOW,
+    NRT_FRAMEWORK_TYPE_PYTORCH,
+    NRT_FRAMEWORK_TYPE_MXNET,
+    NRT_FRAMEWORK_TYPE_PRECHECK,
+} nrt_framework_type_t;
+
+/* Instance family, nrt_instance_info_t.family. */
+enum {
+    NRT_INSTANCE_UNKNOWN = 0,
+    NRT_INSTANCE_INF1 = 1,
+    NRT_INSTANCE_TRN1 = 2,
+    NRT_INSTANCE_TRN1N = 3,
+    NRT_INSTANCE_INF2 = 4,
+    NRT_INSTANCE_TRN2 = 5,
+    NRT_INSTANCE_TRN2N = 6,
+    NRT_INSTANCE_INF2E = 7,
+    NRT_INSTANCE_TRN2P = 8,
+    NRT_INSTANCE_TRN2U = 9,
+    NRT_INSTANCE_TRN2E = 10,
+    NRT_INSTANCE_TRN2EU = 11,
+    NRT_INSTANCE_TRN2AC = 12,
+    NRT_INSTANCE_TRN2UAC = 13,
+    NRT_INSTANCE_TRN3 = 14,
+    NRT_INSTANCE_TRN3PDS98 = 15
+};
+
+/* Instance size, nrt_instance_info_t.size. */
+enum {
+    NRT_INSTANCE_SIZE_1XL,
+    NRT_INSTANCE_SIZE_2XL,
+    NRT_INSTANCE_SIZE_4XL,
+    NRT_INSTANCE_SIZE_6XL,
+    NRT_INSTANCE_SIZE_8XL,
+    NRT_INSTANCE_SIZE_24XL,
+    NRT_INSTANCE_SIZE_32XL,
+    NRT_INSTANCE_SIZE_48XL,
+    NRT_INSTANCE_SIZE_3XL,
+    NRT_INSTANCE_SIZE_UNKNOWN,
+    NRT_INSTANCE_SIZE_NUM = NRT_INSTANCE_SIZE_UNKNOWN,
+};
+
+typedef enum nrt_op_type {
+    NRT_OP_ADD = 0x0,
+    NRT_OP_FMA = 0x1,
+    NRT_OP_MAX = 0x2,
+    NRT_OP_MIN = 0x3,
+    NRT_OP_INVALID = 0xF,
+} nrt_op_type_t;
+
+/* The header values are the ABI; the developer guide's sequential list is out of date. */
+typedef enum nrt_dtype {
+    NRT_DTYPE_UNKNOWN = 0x0,
+    NRT_DTYPE_INVALID = 0x0,
+    NRT_DTYPE_UINT64 = 0x1,
+    NRT_DTYPE_INT8 = 0x2,
+    NRT_DTYPE_UINT8 = 0x3,
+    NRT_DTYPE_INT16 = 0x4,
+    NRT_DTYPE_UINT16 = 0x5,
+    NRT_DTYPE_BFLOAT16 = 0x6,
+    NRT_DTYPE_FLOAT16 = 0x7,
+    NRT_DTYPE_INT32 = 0x8,
+    NRT_DTYPE_UINT32 = 0x9,
+    NRT_DTYPE_FLOAT32 = 0xA,
+    NRT_DTYPE_FP32R = 0xB,
+    NRT_DTYPE_INT64 = 0xC,
+    NRT_DTYPE_FP8_E3 = 0xD,
+    NRT_DTYPE_FP8_E4 = 0xE,
+    NRT_DTYPE_FP8_E5 = 0xF,
+} nrt_dtype_t;
+
+typedef enum nrt_cc_op_type {
+    NRT_CC_ALLGATHER,
+    NRT_CC_ALLREDUCE,
+    NRT_CC_REDUCESCATTER
+} nrt_cc_op_type_t;
+
+/* ---- Structs ---- */
+
+/* nrt.h. Passed with its size (instance_info_len). */
+typedef struct nrt_instance_info {
+    uint32_t family; /* NRT_INSTANCE_* */
+    uint32_t size;   /* NRT_INSTANCE_SIZE_* */
+    char arch_name[16];
+    char device_revision[8];
+} nrt_instance_info_t;
+
+/* nrt_version.h. Passed with its size. */
+#define RT_VERSION_DETAIL_LEN 128
+#define GIT_HASH_LEN          64
+typedef struct nrt_version {
+    uint64_t rt_major;
+    uint64_t rt_minor;
+    uint64_t rt_patch;
+    uint64_t rt_maintenance;
+    char rt_detail[RT_VERSION_DETAIL_LEN];
+    char git_hash[GIT_HASH_LEN];
+} nrt_version_t;
+
+/* ndl/neuron_driver_shared_tensor_batch_op.h: one transfer of a batch. */
+typedef uint64_t nrt_tensor_batch_offset_t;
+typedef uint64_t nrt_tensor_batch_size_t;
+typedef struct nrt_tensor_batch_op {
+    nrt_tensor_batch_offset_t offset;
+    nrt_tensor_batch_size_t size;
+    void *buffer;
+} nrt_tensor_batch_op_t;
+
+/* nrt.h: the transfers of a batch on one tensor. */
+typedef struct nrt_tensor_batch {
+    const nrt_tensor_t *tensor;
+    const nrt_tensor_batch_op_t *ops;
+    uint32_t num_ops;
+} nrt_tensor_batch_t;
+
+/* nrt.h */
+typedef struct nrt_tensor_device_allocation_info {
+    uint64_t physical_address; /* address in device memory space */
+    size_t size;               /* allocation size; may be larger than the tensor size */
+    int hbm_index;             /* which HBM holds the tensor */
+} nrt_tensor_device_allocation_info_t;
+
+/* nrt.h. Append-only; passed with its size (stats_size_in / stats_size_out). */
+typedef struct nrt_vnc_memory_stats {
+    size_t bytes_used;
+    size_t bytes_limit;
+} nrt_vnc_memory_stats_t;
+
+/* Documented LP64 layout (x86_64 and aarch64). */
+#if defined(__LP64__)
+#ifdef __cplusplus
+#define NRT_ABI_STATIC_ASSERT static_assert
+#else
+#define NRT_ABI_STATIC_ASSERT _Static_assert
+#endif
+NRT_ABI_STATIC_ASSERT(sizeof(NRT_STATUS) == 4, "NRT_STATUS is int-sized");
+NRT_ABI_STATIC_ASSERT(sizeof(nrt_tensor_placement_t) == 4, "enums are int-sized");
+NRT_ABI_STATIC_ASSERT(sizeof(nrt_instance_info_t) == 32, "nrt_instance_info_t layout");
+NRT_ABI_STATIC_ASSERT(sizeof(nrt_version_t) == 224, "nrt_version_t layout");
+NRT_ABI_STATIC_ASSERT(sizeof(nrt_tensor_batch_op_t) == 24, "nrt_tensor_batch_op_t layout");
+NRT_ABI_STATIC_ASSERT(sizeof(nrt_tensor_batch_t) == 24, "nrt_tensor_batch_t layout");
+NRT_ABI_STATIC_ASSERT(sizeof(nrt_tensor_device_allocation_info_t) == 24,
+                      "nrt_tensor_device_allocation_info_t layout");
+NRT_ABI_STATIC_ASSERT(sizeof(nrt_vnc_memory_stats_t) == 16, "nrt_vnc_memory_stats_t layout");
+#undef NRT_ABI_STATIC_ASSERT
+#endif
+
+/* ---- Functions ----
+ * Outside nrt_init()..nrt_close() the functions that need the runtime return NRT_UNINITIALIZED
+ * (before the first nrt_init) or NRT_CLOSED (after nrt_close); the ones marked "any time" do
+ * not need it. Core indices (vnc) are logical NeuronCores relative to the process's visible
+ * set: with NEURON_RT_VISIBLE_CORES=3-4 the cores are 0 and 1. */
+
+/* Status name, e.g. "NRT_INVALID" (nrt_status.h). Any time. */
+const char *nrt_get_status_as_str(NRT_STATUS status);
+
+/* Library version; pass sizeof(nrt_version_t) (nrt_version.h). Any time. */
+NRT_STATUS nrt_get_version(nrt_version_t *ver, size_t size);
+
+/* Initialise the runtime and take the visible NeuronCores exclusively for this process. */
+NRT_STATUS nrt_init(nrt_framework_type_t framework, const char *fw_version,
+                    const char *fal_version);
+
+/* Release the cores and all runtime state; most calls fail with NRT_CLOSED afterwards. */
+void nrt_close(void);
+
+/* Instance family and size; pass sizeof(nrt_instance_info_t). */
+NRT_STATUS nrt_get_instance_info(nrt_instance_info_t *info, size_t instance_info_len);
+
+/* Logical cores on the instance, ignoring NEURON_RT_NUM_CORES / _VISIBLE_CORES. Any time.
+ * nrt_get_total_nc_count is the deprecated name. */
+NRT_STATUS nrt_get_total_nc_count(uint32_t *vnc_count);
+NRT_STATUS nrt_get_total_vnc_count(uint32_t *vnc_count);
+
+/* Logical cores visible to the process. Any time. nrt_get_visible_nc_count is deprecated. */
+NRT_STATUS nrt_get_visible_nc_count(uint32_t *vnc_count);
+NRT_STATUS nrt_get_visible_vnc_count(uint32_t *vnc_count);
+
+/* Allocate a tensor on core vnc (device), or in host memory (pass -1 as vnc). name is
+ * optional. */
+NRT_STATUS nrt_tensor_allocate(nrt_tensor_placement_t tensor_placement, int vnc, size_t size,
+                               const char *name, nrt_tensor_t **tensor);
+
+/* Free a tensor and set *tensor to NULL. */
+void nrt_tensor_free(nrt_tensor_t **tensor);
+
+/* Copy size bytes at offset of the tensor to buf (read) or from buf (write). */
+NRT_STATUS nrt_tensor_read(const nrt_tensor_t *tensor, void *buf, size_t offset, size_t size);
+NRT_STATUS nrt_tensor_write(nrt_tensor_t *tensor, const void *buf, size_t offset, size_t size);
+
+/* Batched reads/writes over several tensors; unsafe skips tensor tracking. */
+NRT_STATUS nrt_tensor_read_batch(const nrt_tensor_batch_t *batches, uint64_t num_batches,
+                                 bool unsafe);
+NRT_STATUS nrt_tensor_write_batch(const nrt_tensor_batch_t *batches, uint64_t num_batches,
+                                  bool unsafe);
+
+/* Copy between tensors. Two device tensors must be on the same NeuronCore (else
+ * NRT_INVALID). */
+NRT_STATUS nrt_tensor_copy(const nrt_tensor_t *src, size_t src_offset, nrt_tensor_t *dst,
+                           size_t dst_offset, size_t size);
+
+/* Size of the tensor in bytes. */
+size_t nrt_tensor_get_size(const nrt_tensor_t *tensor);
+
+/* Set size bytes at offset to value. */
+NRT_STATUS nrt_tensor_memset(nrt_tensor_t *tensor, uint64_t offset, int value, size_t size);
+
+/* A tensor without storage. */
+NRT_STATUS nrt_tensor_allocate_empty(const char *name, nrt_tensor_t **tensor);
+
+/* Use a caller-owned buffer as the tensor's storage (placement becomes VIRTUAL); the old
+ * storage is released; nrt_tensor_free does not free the buffer. */
+NRT_STATUS nrt_tensor_attach_buffer(nrt_tensor_t *tensor, void *buffer, size_t size);
+
+/* A tensor viewing [offset, offset + size) of another one's storage (reference counted). */
+NRT_STATUS nrt_tensor_allocate_slice(const nrt_tensor_t *tensor_source, size_t offset, size_t size,
+                                     const char *name, nrt_tensor_t **tensor_slice);
+
+/* Virtual address of the tensor's memory, NULL on failure. For a device tensor it is a device
+ * address the host must not dereference. */
+void *nrt_tensor_get_va(const nrt_tensor_t *tensor);
+
+/* Device allocation behind a device tensor. */
+NRT_STATUS nrt_tensor_get_device_allocation_info(const nrt_tensor_t *tensor,
+                                                 nrt_tensor_device_allocation_info_t *alloc_info);
+
+/* Device memory use and limit of core vnc. */
+NRT_STATUS nrt_get_vnc_memory_stats(uint32_t vnc, nrt_vnc_memory_stats_t *stats,
+                                    size_t stats_size_in, size_t *stats_size_out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* HAL_BACKENDS_TRAINIUM_EMULATOR_NRT_ABI_H */

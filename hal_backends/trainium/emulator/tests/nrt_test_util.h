@@ -1,0 +1,114 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Contract tests of libnrt: the library is loaded with dlopen and called through function
+ * pointers, the way the Trainium backend uses it. Each test opens a fresh copy of the library
+ * (so it starts uninitialised), sets the environment it needs, and closes it again.
+ *
+ * By default the library is the emulator from runfiles; NRT_CONTRACT_LIBRARY=<path> runs the
+ * same tests against another libnrt.so.1 (tests of emulator-only features then skip). */
+#ifndef HAL_BACKENDS_TRAINIUM_EMULATOR_TESTS_NRT_TEST_UTIL_H
+#define HAL_BACKENDS_TRAINIUM_EMULATOR_TESTS_NRT_TEST_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hal_backends/trainium/emulator/nrt_abi.h"
+
+/* The signatures, as the backend declares them. */
+typedef NRT_STATUS nrt_init_fn(nrt_framework_type_t framework, const char *fw_version,
+                               const char *fal_version);
+typedef void nrt_close_fn(void);
+typedef NRT_STATUS nrt_get_version_fn(nrt_version_t *ver, size_t size);
+typedef const char *nrt_get_status_as_str_fn(NRT_STATUS status);
+typedef NRT_STATUS nrt_get_instance_info_fn(nrt_instance_info_t *info, size_t len);
+typedef NRT_STATUS nrt_count_fn(uint32_t *count);
+typedef NRT_STATUS nrt_tensor_allocate_fn(nrt_tensor_placement_t placement, int vnc, size_t size,
+                                          const char *name, nrt_tensor_t **tensor);
+typedef void nrt_tensor_free_fn(nrt_tensor_t **tensor);
+typedef NRT_STATUS nrt_tensor_read_fn(const nrt_tensor_t *tensor, void *buf, size_t offset,
+                                      size_t size);
+typedef NRT_STATUS nrt_tensor_write_fn(nrt_tensor_t *tensor, const void *buf, size_t offset,
+                                       size_t size);
+typedef NRT_STATUS nrt_tensor_batch_fn(const nrt_tensor_batch_t *batches, uint64_t num_batches,
+                                       bool unsafe);
+typedef NRT_STATUS nrt_tensor_copy_fn(const nrt_tensor_t *src, size_t src_offset, nrt_tensor_t *dst,
+                                      size_t dst_offset, size_t size);
+typedef size_t nrt_tensor_get_size_fn(const nrt_tensor_t *tensor);
+typedef NRT_STATUS nrt_tensor_memset_fn(nrt_tensor_t *tensor, uint64_t offset, int value,
+                                        size_t size);
+typedef NRT_STATUS nrt_tensor_allocate_empty_fn(const char *name, nrt_tensor_t **tensor);
+typedef NRT_STATUS nrt_tensor_attach_buffer_fn(nrt_tensor_t *tensor, void *buffer, size_t size);
+typedef NRT_STATUS nrt_tensor_allocate_slice_fn(const nrt_tensor_t *source, size_t offset,
+                                                size_t size, const char *name,
+                                                nrt_tensor_t **slice);
+typedef void *nrt_tensor_get_va_fn(const nrt_tensor_t *tensor);
+typedef NRT_STATUS
+nrt_tensor_get_device_allocation_info_fn(const nrt_tensor_t *tensor,
+                                         nrt_tensor_device_allocation_info_t *info);
+typedef NRT_STATUS nrt_get_vnc_memory_stats_fn(uint32_t vnc, nrt_vnc_memory_stats_t *stats,
+                                               size_t stats_size_in, size_t *stats_size_out);
+typedef NRT_STATUS nrt_emu_set_fault_fn(const char *spec);
+
+typedef struct nrt_api {
+    void *handle;
+    nrt_init_fn *init;
+    nrt_close_fn *close;
+    nrt_get_version_fn *get_version;
+    nrt_get_status_as_str_fn *get_status_as_str;
+    nrt_get_instance_info_fn *get_instance_info;
+    nrt_count_fn *get_total_nc_count;
+    nrt_count_fn *get_total_vnc_count;
+    nrt_count_fn *get_visible_nc_count;
+    nrt_count_fn *get_visible_vnc_count;
+    nrt_tensor_allocate_fn *tensor_allocate;
+    nrt_tensor_free_fn *tensor_free;
+    nrt_tensor_read_fn *tensor_read;
+    nrt_tensor_write_fn *tensor_write;
+    nrt_tensor_batch_fn *tensor_read_batch;
+    nrt_tensor_batch_fn *tensor_write_batch;
+    nrt_tensor_copy_fn *tensor_copy;
+    nrt_tensor_get_size_fn *tensor_get_size;
+    nrt_tensor_memset_fn *tensor_memset;
+    nrt_tensor_allocate_empty_fn *tensor_allocate_empty;
+    nrt_tensor_attach_buffer_fn *tensor_attach_buffer;
+    nrt_tensor_allocate_slice_fn *tensor_allocate_slice;
+    nrt_tensor_get_va_fn *tensor_get_va;
+    nrt_tensor_get_device_allocation_info_fn *tensor_get_device_allocation_info;
+    nrt_get_vnc_memory_stats_fn *get_vnc_memory_stats;
+    nrt_emu_set_fault_fn *emu_set_fault; /* emulator extension; NULL on the real runtime */
+} nrt_api_t;
+
+/* Unsets every NEURON_* variable the runtime reads, then points NEURON_EMU_LOCK_DIR at the
+ * test's private temporary directory. */
+void nrt_test_env_reset(void);
+
+/* Resets the environment, loads a fresh copy of the library and resolves every symbol.
+ * Returns false (with a message) if the library or a symbol is missing. */
+bool nrt_test_open(nrt_api_t *api);
+
+/* nrt_close (a no-op if not initialised) and unloads the library. */
+void nrt_test_close(nrt_api_t *api);
+
+/* Whether the loaded library is the emulator. */
+bool nrt_test_is_emulator(const nrt_api_t *api);
+
+/* nrt_init(NO_FW, "", ""). */
+NRT_STATUS nrt_test_init(const nrt_api_t *api);
+
+/* bytes_used of visible core vnc (UINT64_MAX if the call fails). */
+uint64_t nrt_test_used(const nrt_api_t *api, uint32_t vnc);
+uint64_t nrt_test_limit(const nrt_api_t *api, uint32_t vnc);
+
+/* Runs fn(arg) in a forked child and returns its exit code, or 128 + signal if a signal
+ * killed it, or -1 if fork failed. */
+int nrt_test_in_child(int (*fn)(void *arg), void *arg);
+
+/* Captures what is written to file descriptor 2 between begin and end. end returns the text
+ * (static buffer, truncated to its size). */
+void nrt_test_stderr_begin(void);
+const char *nrt_test_stderr_end(void);
+
+/* Fills buf with a byte pattern that depends on seed and position. */
+void nrt_test_pattern(void *buf, size_t size, unsigned seed);
+
+#endif /* HAL_BACKENDS_TRAINIUM_EMULATOR_TESTS_NRT_TEST_UTIL_H */
