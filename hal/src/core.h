@@ -18,6 +18,7 @@ enum {
     HAL_MAGIC_STREAM = 0x48535431,  /* "HST1" */
     HAL_MAGIC_EVENT = 0x48455631,   /* "HEV1" */
     HAL_MAGIC_ALLOCATOR = 0x48414c31,
+    HAL_MAGIC_COMM = 0x48434d31, /* "HCM1" */
     HAL_MAGIC_DEAD = 0x44454144, /* "DEAD" */
 };
 
@@ -59,6 +60,7 @@ struct hal_device_s {
     pthread_mutex_t lock;          /* guards the live lists */
     hal_live_link_t streams;       /* circular list sentinel */
     hal_live_link_t events;
+    hal_live_link_t comms;
     /* raw allocation statistics */
     _Atomic uint64_t device_bytes, device_peak, device_allocs, pinned_bytes, shared_bytes;
     _Atomic uint64_t alloc_calls, free_calls;
@@ -204,6 +206,10 @@ void hal_validation_report_leak(const char *backend, const char *what, const voi
  * threads do not exist: the child starts from a clean loader (loader.c, mem_map.c). */
 void hal_mem_map_reset_after_fork(void);
 void hal_handle_pool_reset_after_fork(void);
+
+/* Set by the collectives front end: aborts and destroys the communicators still alive on a
+ * device that is being closed (they use its streams). NULL until a communicator exists. */
+extern void (*hal_comm_close_device_hook)(struct hal_device_s *device);
 
 /* ---- devices (device.c) ---- */
 hal_status_t hal_device_open_all(struct hal_backend_s *backend);

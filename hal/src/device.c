@@ -10,6 +10,8 @@ _Static_assert(sizeof(struct hal_device_s) <= HAL_HANDLE_MAX_SIZE, "handle size"
 
 static _Thread_local hal_device_t current_device;
 
+void (*hal_comm_close_device_hook)(struct hal_device_s *device);
+
 /* Closes one device: destroys what the application left (reporting it as leaked under the
  * validation layer), frees its memory, then lets the backend close it. */
 static void close_device(struct hal_device_s *d);
@@ -25,7 +27,10 @@ static void release_leaked_allocation(const hal_alloc_record_t *r, void *ctx)
 static void close_device(struct hal_device_s *d)
 {
     bool validate = d->backend->validate;
-    /* Quiesce first so that no queued work touches what is about to be freed. */
+    /* Communicators first: their queued work waits for peers, which an abort cuts short. */
+    if (hal_comm_close_device_hook)
+        hal_comm_close_device_hook(d);
+    /* Quiesce so that no queued work touches what is about to be freed. */
     if (d->ops->device_synchronize)
         d->ops->device_synchronize(d->impl);
     pthread_mutex_lock(&d->lock);
@@ -82,6 +87,7 @@ hal_status_t hal_device_open_all(struct hal_backend_s *b)
         pthread_mutex_init(&d->lock, NULL);
         hal_live_init(&d->streams);
         hal_live_init(&d->events);
+        hal_live_init(&d->comms);
         st = HAL_SLOT_CALL(ops, device_open, b->impl, i, &d->impl);
         if (st == HAL_OK) {
             d->props.struct_size = sizeof(d->props);

@@ -58,8 +58,7 @@ const uint8_t *hal_bootstrap_nonce(const hal_bootstrap_t *b);
 
 /* Collective helpers over the bootstrap's connections (all ranks must call them in the same
  * order). size <= HAL_BOOTSTRAP_MAX_MESSAGE. */
-hal_status_t hal_bootstrap_allgather(hal_bootstrap_t *b, const void *mine, size_t size,
-                                     void *out);
+hal_status_t hal_bootstrap_allgather(hal_bootstrap_t *b, const void *mine, size_t size, void *out);
 hal_status_t hal_bootstrap_broadcast(hal_bootstrap_t *b, void *data, size_t size, int root);
 hal_status_t hal_bootstrap_barrier(hal_bootstrap_t *b);
 

@@ -1,0 +1,64 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Internal to the collectives front end: the communicator object shared by comm.c (lifecycle)
+ * and comm_collectives.c (argument checks, groups, dispatch). */
+#ifndef HAL_SRC_COMM_COMM_INTERNAL_H
+#define HAL_SRC_COMM_COMM_INTERNAL_H
+
+#include "hal/src/comm/bootstrap.h"
+#include "hal/src/comm/engine.h"
+#include "hal/src/core.h"
+
+#define HAL_COMM_MAX_RANKS          4096
+#define HAL_COMM_DEFAULT_TIMEOUT_MS 300000u
+#define HAL_COMM_MESSAGE_MAX        512
+
+/* An IPC mapping the engine opened through the backend, with what closing it needs. */
+typedef struct comm_ipc_mapping {
+    void *ptr;
+    void *cookie;
+} comm_ipc_mapping_t;
+
+struct hal_comm_s {
+    hal_object_t obj;
+    const hal_backend_ops_t *ops;
+    struct hal_device_s *device;
+    hal_live_link_t link; /* in device->comms */
+    int nranks, rank;
+    uint32_t timeout_ms;
+    bool host_addressable; /* the engine may work on device pointers directly */
+    bool use_ipc;          /* export IPC handles with each operation */
+    hal_unique_id_t id;
+    hal_comm_store_t store; /* copied: a non-blocking init outlives the caller's struct */
+    bool has_store;
+
+    hal_bootstrap_t *bootstrap;
+    hal_engine_comm_t *engine;
+    hal_engine_ipc_t ipc;
+    void *native;            /* the backend's communicator, when it has comm_init */
+    hal_allocator_t staging; /* pinned staging for devices the host cannot address */
+
+    pthread_mutex_t lock; /* guards everything below */
+    pthread_cond_t cond;
+    hal_status_t async_error; /* HAL_IN_PROGRESS while a non-blocking init runs */
+    char message[HAL_COMM_MESSAGE_MAX];
+    bool init_done;
+    bool has_init_thread;
+    pthread_t init_thread;
+    uint64_t pending; /* host jobs enqueued and not finished */
+    comm_ipc_mapping_t *mappings;
+    size_t mapping_count, mapping_capacity;
+};
+
+#define HAL_CHECK_COMM(h, call) HAL_CHECK_HANDLE(h, HAL_MAGIC_COMM, "hal_comm_t", call)
+
+/* Latches the first error on the communicator (with the current last-error message). */
+void hal_comm_latch(struct hal_comm_s *comm, hal_status_t st);
+/* Returns the latched status, re-raising its message as this thread's last error. */
+hal_status_t hal_comm_sticky(struct hal_comm_s *comm, const char *call);
+/* Blocks until a non-blocking init finished; returns its result. */
+hal_status_t hal_comm_wait_init(struct hal_comm_s *comm);
+/* Bookkeeping of host jobs, for finalize and destroy. */
+void hal_comm_job_started(struct hal_comm_s *comm);
+void hal_comm_job_finished(struct hal_comm_s *comm);
+
+#endif /* HAL_SRC_COMM_COMM_INTERNAL_H */
