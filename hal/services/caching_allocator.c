@@ -1293,6 +1293,9 @@ hal_status_t hal_allocator_record_stream(hal_allocator_t a, void *ptr, hal_strea
     HAL_CHECK_HANDLE(a, HAL_MAGIC_ALLOCATOR, "hal_allocator_t", call);
     if (HAL_UNLIKELY(!device_live(a)))
         return device_closed(a, call);
+    /* Unlike alloc, NULL is not "the default stream" here: recording a use needs a stream. */
+    if (!stream)
+        return hal_bad_handle(stream, HAL_MAGIC_STREAM, "hal_stream_t", call);
     HAL_CHECK(resolve_stream(a, &stream, call));
 
     hal_status_t st = HAL_OK;

@@ -91,17 +91,24 @@ hal_status_t hal_mem_alloc(hal_device_t device, hal_mem_kind_t kind, size_t size
     return HAL_OK;
 }
 
-hal_status_t hal_mem_release_record(const hal_alloc_record_t *r, const char *call)
+/* Gives an allocation back to its backend (statistics are the caller's). */
+static hal_status_t release_memory(const hal_alloc_record_t *r, const char *call)
 {
     struct hal_device_s *d = r->device;
     if (r->ipc_mapped)
         return hal_finish(HAL_SLOT_CALL(d->ops, mem_ipc_close, d->impl, r->base, r->cookie), d->ops,
                           call);
     hal_status_t st = HAL_SLOT_CALL(d->ops, mem_free, d->impl, r->kind, r->base, r->cookie);
-    stats_sub(d, r->kind, r->size);
     if (d->backend->validate)
         hal_validation_note_freed(r->base);
     return hal_finish(st, d->ops, call);
+}
+
+hal_status_t hal_mem_release_record(const hal_alloc_record_t *r, const char *call)
+{
+    if (!r->ipc_mapped)
+        stats_sub(r->device, r->kind, r->size);
+    return release_memory(r, call);
 }
 
 /* Explains why ptr cannot be freed. */
@@ -234,7 +241,7 @@ static void deferred_free_fn(hal_status_t stream_status, void *user)
 {
     deferred_free_t *f = user;
     hal_mem_map_remove(f->record.base);
-    hal_mem_release_record(&f->record, "hal_mem_free_async");
+    release_memory(&f->record, "hal_mem_free_async"); /* counted when it was requested */
     free(f);
 }
 
@@ -272,14 +279,18 @@ hal_status_t hal_mem_free_async(void *ptr, hal_stream_t stream)
         return bad_free(ptr, call);
     }
     hal_status_t st;
+    hal_alloc_record_t counted = f->record; /* f may be gone once the callback is queued */
     if (ops->stream_add_callback) {
         st = ops->stream_add_callback(stream->impl, deferred_free_fn, f);
-        if (st == HAL_OK)
+        if (st == HAL_OK) {
+            stats_sub(counted.device, counted.kind, counted.size);
             return HAL_OK;
+        }
     } else {
         /* Without callbacks, stream order is kept by waiting for the stream. */
         st = HAL_SLOT_CALL(ops, stream_synchronize, stream->impl);
         if (st == HAL_OK) {
+            stats_sub(counted.device, counted.kind, counted.size);
             deferred_free_fn(HAL_OK, f);
             return HAL_OK;
         }

@@ -40,7 +40,9 @@ CTEST(caching_allocator_oom, releases_the_cache_and_retries)
     T_OK(hal_allocator_free(a, small));
     small = NULL;
     T_OK(hal_allocator_alloc(a, 3 * MiB, s1, &mid));
-    T_OK(hal_allocator_record_stream(a, mid, NULL));
+    hal_stream_t default_stream;
+    T_OK(hal_device_get_default_stream(dev, &default_stream));
+    T_OK(hal_allocator_record_stream(a, mid, default_stream));
     T_OK(hal_allocator_free(a, mid));
     mid = NULL;
     hal_allocator_stats_t s = stats_of(a);

@@ -665,7 +665,11 @@ CTEST(caching_allocator, checks_handles_and_streams)
              HAL_ERROR_INVALID_HANDLE);
     T_CHECK(p == (void *)1);
     T_STATUS(hal_allocator_empty_cache(NULL), HAL_ERROR_INVALID_HANDLE);
-    T_STATUS(hal_allocator_record_stream(f.alloc, NULL, NULL), HAL_ERROR_INVALID_ARGUMENT);
+    T_STATUS(hal_allocator_record_stream(f.alloc, NULL, NULL), HAL_ERROR_INVALID_HANDLE);
+    hal_stream_t default_stream;
+    T_OK(hal_device_get_default_stream(f.dev, &default_stream));
+    T_STATUS(hal_allocator_record_stream(f.alloc, NULL, default_stream),
+             HAL_ERROR_INVALID_ARGUMENT);
     hal_allocator_stats_t s = stats_of(f.alloc);
     T_CHECK(s.alloc_count == 0 && s.reserved_bytes == 0 && s.oom_count == 0);
 
@@ -764,7 +768,9 @@ CTEST(caching_allocator, pinned_host_memory)
     T_OK(hal_memcpy_async(d, p, 10000, s1));
     T_OK(hal_stream_synchronize(s1));
     T_CHECK(((unsigned char *)d)[9999] == 0x5a);
-    T_OK(hal_allocator_record_stream(pinned, p, NULL));
+    hal_stream_t default_stream;
+    T_OK(hal_device_get_default_stream(f.dev, &default_stream));
+    T_OK(hal_allocator_record_stream(pinned, p, default_stream));
     T_OK(hal_allocator_free(pinned, p));
     p = NULL;
     hal_allocator_stats_t s = stats_of(pinned);

@@ -16,12 +16,24 @@ void cpu_set_error(const cpu_backend_t *backend, const char *fmt, ...)
         host->struct_size < offsetof(hal_host_services_t, set_error) + sizeof(host->set_error) ||
         host->set_error == NULL)
         return;
-    char buf[512];
+    char buf[768];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(buf, sizeof(buf), fmt, ap);
     va_end(ap);
     host->set_error("%s", buf);
+}
+
+/* Returns and clears the detail the core recorded for the calling thread, or NULL. Only hosts of
+ * API 1.1 and later offer take_error; with an older one there is never a detail to take. */
+const char *cpu_take_host_error(const cpu_backend_t *backend)
+{
+    const hal_host_services_t *host = backend->host;
+    if (host == NULL ||
+        host->struct_size < offsetof(hal_host_services_t, take_error) + sizeof(host->take_error) ||
+        host->take_error == NULL)
+        return NULL;
+    return host->take_error();
 }
 
 /* Names a status for messages; the core's hal_status_string is not available to a backend. */
@@ -67,12 +79,20 @@ static hal_status_t cpu_init(const hal_host_services_t *host, void **out)
         return HAL_ERROR_OUT_OF_HOST_MEMORY;
     }
     *backend = tmp;
+    if (pthread_mutex_init(&backend->ipc_lock, NULL) != 0) {
+        cpu_set_error(&tmp, "pthread_mutex_init failed for the backend");
+        free(backend);
+        return HAL_ERROR_OUT_OF_HOST_MEMORY;
+    }
     *out = backend;
     return HAL_OK;
 }
 
-static void cpu_fini(void *backend)
+static void cpu_fini(void *backend_)
 {
+    cpu_backend_t *backend = backend_;
+    cpu_ipc_unmap_all(backend);
+    pthread_mutex_destroy(&backend->ipc_lock);
     free(backend);
 }
 
@@ -110,6 +130,9 @@ static hal_status_t cpu_device_open(void *backend_, uint32_t index, void **out)
         st = HAL_ERROR_OUT_OF_HOST_MEMORY;
         goto out_destroy_sched;
     }
+    /* Without an arena (no memfd, or no address space for it) the device still works, from
+     * posix_memalign, but cannot share its memory with other processes. */
+    device->arena = cpu_arena_create(device->capacity, index);
     *out = device;
     return HAL_OK;
 
@@ -123,6 +146,7 @@ out_free_device:
 static void cpu_device_close(void *device_)
 {
     cpu_device_t *device = device_;
+    cpu_arena_destroy(device->arena);
     pthread_mutex_destroy(&device->streams_lock);
     cpu_sched_destroy(&device->sched);
     free(device);
@@ -147,7 +171,8 @@ static hal_status_t cpu_device_get_properties(void *device_, hal_device_properti
         props->total_memory = device->capacity;
     if (CPU_PROPS_HAS(props, capabilities))
         props->capabilities = HAL_DEVICE_CAP_SHARED_MEMORY | HAL_DEVICE_CAP_TIMING_EVENTS |
-                              HAL_DEVICE_CAP_HOST_CALLBACKS | HAL_DEVICE_CAP_PEER_COPY;
+                              HAL_DEVICE_CAP_HOST_CALLBACKS | HAL_DEVICE_CAP_PEER_COPY |
+                              (device->arena != NULL ? HAL_DEVICE_CAP_IPC : 0);
     if (CPU_PROPS_HAS(props, stream_priority_least))
         props->stream_priority_least = CPU_PRIORITY_LEAST;
     if (CPU_PROPS_HAS(props, stream_priority_greatest))
@@ -206,6 +231,12 @@ static const hal_backend_ops_t cpu_ops = {
     /* mem_free_async stays NULL: the core's callback-based fallback is exactly what this backend
      * would do, and the device does not advertise HAL_DEVICE_CAP_STREAM_FREE. */
     .mem_free_async = NULL,
+    .stream_launch_host_fn = cpu_stream_launch_host_fn,
+    .mem_ipc_export = cpu_mem_ipc_export,
+    .mem_ipc_open = cpu_mem_ipc_open,
+    .mem_ipc_close = cpu_mem_ipc_close,
+    /* No native collectives: the HAL's host implementation runs them through
+     * stream_launch_host_fn, in place on memory mapped with the IPC slots. */
 };
 
 /* The backend's one exported symbol: hands the loader the static ops table, if the loader speaks

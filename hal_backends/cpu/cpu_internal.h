@@ -3,7 +3,9 @@
  *
  * Object model: one cpu_backend_t per init, one cpu_device_t per opened virtual device, one
  * cpu_stream_t per stream (a worker thread draining a FIFO of task nodes) and one cpu_event_t per
- * event (reference-counted, because queued records and waits outlive event_destroy). */
+ * event (reference-counted, because queued records and waits outlive event_destroy). A device's
+ * device and shared memory come from its arena (a memfd other processes can map, cpu_arena.c);
+ * the backend keeps the arenas of other processes it mapped (cpu_ipc.c). */
 #ifndef HAL_BACKENDS_CPU_CPU_INTERNAL_H
 #define HAL_BACKENDS_CPU_CPU_INTERNAL_H
 
@@ -54,9 +56,13 @@ hal_status_t cpu_config_load(cpu_config_t *config, char *msg, size_t msg_size);
 HAL_BACKEND_EXPORT hal_status_t hal_backend_get_ops(uint32_t host_api_version,
                                                     const hal_backend_ops_t **ops);
 
+typedef struct cpu_ipc_mapping cpu_ipc_mapping_t;
+
 typedef struct cpu_backend {
     const hal_host_services_t *host;
     cpu_config_t config;
+    pthread_mutex_t ipc_lock;        /* guards ipc_mappings */
+    cpu_ipc_mapping_t *ipc_mappings; /* arenas of other processes mapped by mem_ipc_open */
 } cpu_backend_t;
 
 typedef struct cpu_stream cpu_stream_t;
@@ -81,11 +87,96 @@ typedef struct cpu_sched {
     uint32_t spin_us;
 } cpu_sched_t;
 
+/* ---- device memory arena (cpu_arena.c) ------------------------------------------------------ */
+
+/* Free ranges with at least this many bytes of whole pages are punched out of the arena's file
+ * when they form, so that freed device memory does not stay resident. */
+#define CPU_ARENA_PUNCH_MIN (UINT64_C(1) << 20)
+
+/* A range of an arena, free or allocated; the cookie of an arena allocation. */
+typedef struct cpu_block {
+    struct cpu_block *prev, *next;           /* every block, in address order */
+    struct cpu_block *free_prev, *free_next; /* the free list (free blocks only) */
+    uint64_t offset;                         /* from the arena's base */
+    uint64_t size;                           /* bytes the block spans (a multiple of 256) */
+    size_t requested;                        /* bytes asked for (what the capacity is charged) */
+    bool is_free;
+} cpu_block_t;
+
+/* A memfd of twice the device's capacity, mapped MAP_SHARED and sparse. */
+typedef struct cpu_arena {
+    int fd;
+    char *base;
+    uint64_t size;
+    uint64_t page;
+    uint64_t ino, dev;    /* identity of the file, for importers to verify */
+    pthread_mutex_t lock; /* guards the fields below */
+    cpu_block_t *blocks;  /* first block; the blocks tile [0, size) */
+    cpu_block_t *free_list;
+    uint32_t free_count;
+    cpu_block_t *spare;  /* retired nodes, reused before malloc */
+    uint64_t high_water; /* end of the highest block ever handed out; pages above are clean */
+} cpu_arena_t;
+
+/* NULL when the arena cannot be created (no memfd, no address space): the device then falls
+ * back to posix_memalign and does not offer HAL_DEVICE_CAP_IPC. */
+cpu_arena_t *cpu_arena_create(uint64_t capacity, uint32_t index);
+void cpu_arena_destroy(cpu_arena_t *arena);
+hal_status_t cpu_arena_alloc(cpu_arena_t *arena, size_t size, size_t alignment, cpu_block_t **out);
+void cpu_arena_free(cpu_arena_t *arena, cpu_block_t *block);
+void cpu_arena_stats(cpu_arena_t *arena, uint32_t *free_ranges, uint64_t *largest_free);
+
+static inline void *cpu_block_ptr(const cpu_arena_t *arena, const cpu_block_t *block)
+{
+    return arena->base + block->offset;
+}
+
+/* ---- inter-process memory (cpu_ipc.c) ------------------------------------------------------ */
+
+/* What an IPC handle holds (native byte order: importer and exporter share the host). */
+#define CPU_IPC_MAGIC   UINT32_C(0x55504348) /* "HCPU" in memory on little-endian hosts */
+#define CPU_IPC_VERSION UINT32_C(1)
+
+typedef struct cpu_ipc_record {
+    uint32_t magic;
+    uint32_t version;
+    int32_t pid;           /* the exporting process */
+    int32_t fd;            /* its descriptor of the arena, opened as /proc/<pid>/fd/<fd> */
+    uint64_t ino, dev;     /* identity of the arena's file, verified after opening */
+    uint64_t arena_size;   /* bytes the importer maps */
+    uint64_t offset;       /* of the exported pointer in the arena */
+    uint64_t bytes;        /* from the exported pointer to the end of its allocation */
+    uint32_t device_index; /* the exporter's device (informational) */
+    uint32_t reserved;
+} cpu_ipc_record_t;
+
+_Static_assert(sizeof(cpu_ipc_record_t) <= HAL_IPC_HANDLE_BYTES, "IPC record fits a handle");
+
+/* An arena of another process mapped here, shared by every handle opened into it. */
+struct cpu_ipc_mapping {
+    cpu_ipc_mapping_t *next;
+    int32_t pid;
+    uint64_t ino, dev;
+    char *base;
+    uint64_t size;
+    uint32_t refs; /* open handles; guarded by the backend's ipc_lock */
+};
+
+void cpu_ipc_unmap_all(cpu_backend_t *backend);
+hal_status_t cpu_mem_ipc_export(void *device, const hal_backend_ptr_t *ptr,
+                                hal_ipc_handle_t *handle);
+hal_status_t cpu_mem_ipc_open(void *device, const hal_ipc_handle_t *handle, void **ptr,
+                              size_t *size, void **cookie);
+hal_status_t cpu_mem_ipc_close(void *device, void *ptr, void *cookie);
+
+/* ---- devices ------------------------------------------------------------------------------- */
+
 typedef struct cpu_device {
     cpu_backend_t *backend;
     uint32_t index;
     uint64_t capacity;
     _Atomic uint64_t used; /* device and shared bytes allocated */
+    cpu_arena_t *arena;    /* where device and shared memory come from; NULL: posix_memalign */
     cpu_sched_t sched;
     pthread_mutex_t streams_lock;
     cpu_stream_t *streams; /* live streams, guarded by streams_lock */
@@ -95,6 +186,7 @@ typedef struct cpu_device {
 /* Records a failure detail for the calling thread through the host services. */
 void cpu_set_error(const cpu_backend_t *backend, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+const char *cpu_take_host_error(const cpu_backend_t *backend);
 
 /* ---- scheduler (cpu_sched.c) --------------------------------------------------------------- */
 
@@ -114,6 +206,7 @@ typedef hal_status_t (*cpu_task_fn_t)(void *arg, hal_status_t stream_status);
 /* Flags of cpu_stream_enqueue_fn. */
 #define CPU_TASK_RUN_ON_ERROR (1u << 0) /* run even after an error latched (else skipped) */
 #define CPU_TASK_NO_SLOT      (1u << 1) /* run without an execution slot (for tasks that block) */
+#define CPU_TASK_HOST_FN      (1u << 2) /* a HAL host function: its detail is host->take_error() */
 
 typedef enum cpu_task_kind {
     CPU_TASK_MEMCPY,
@@ -160,7 +253,7 @@ typedef struct cpu_task {
 } cpu_task_t;
 
 #define CPU_TASK_CHUNK    64
-#define CPU_ERROR_MSG_MAX 256
+#define CPU_ERROR_MSG_MAX 512
 
 typedef struct cpu_task_chunk {
     struct cpu_task_chunk *next;
@@ -240,6 +333,7 @@ hal_status_t cpu_stream_query(void *stream);
 hal_status_t cpu_stream_synchronize(void *stream);
 hal_status_t cpu_stream_wait_event(void *stream, void *event);
 hal_status_t cpu_stream_add_callback(void *stream, hal_host_fn_t fn, void *user_data);
+hal_status_t cpu_stream_launch_host_fn(void *stream, hal_stream_host_fn_t fn, void *arg);
 hal_status_t cpu_stream_get_native_handle(void *stream, uintptr_t *native);
 hal_status_t cpu_device_synchronize(void *device);
 

@@ -5,8 +5,10 @@
  * (HAL_CPU_DEVICE_MEMORY) so that running out of device memory can be tested; pinned memory is
  * neither locked nor counted.
  *
- * The allocation cookie carries the requested size, so mem_free can give the bytes back to the
- * capacity without a side table. */
+ * Device and shared memory come from the device's arena (cpu_arena.c), which other processes
+ * can map (cpu_ipc.c); its cookie is the arena block. Where the device has no arena, and for
+ * pinned memory, allocations come from posix_memalign and the cookie carries the requested size,
+ * so mem_free can give the bytes back to the capacity without a side table. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,8 +38,39 @@ static hal_status_t reserve(cpu_device_t *device, size_t size)
     }
 }
 
-/* Allocates host memory aligned to max(256, alignment); device and shared kinds are charged to
- * the device's capacity first. */
+/* Takes an allocation from the device's arena; the capacity is already charged. */
+static hal_status_t arena_alloc(cpu_device_t *device, size_t size, size_t alignment, void **ptr,
+                                void **cookie)
+{
+    cpu_block_t *block = NULL;
+    hal_status_t st = cpu_arena_alloc(device->arena, size, alignment, &block);
+    if (st == HAL_ERROR_OUT_OF_HOST_MEMORY) {
+        cpu_set_error(device->backend, "malloc failed for the arena bookkeeping of device %u",
+                      device->index);
+        return st;
+    }
+    if (st != HAL_OK) {
+        /* Only fragmentation gets here: the arena spans twice the capacity. */
+        uint32_t ranges = 0;
+        uint64_t largest = 0;
+        cpu_arena_stats(device->arena, &ranges, &largest);
+        uint64_t used = atomic_load(&device->used) - size;
+        cpu_set_error(device->backend,
+                      "device %u memory is too fragmented: no free range holds %zu bytes aligned "
+                      "to %zu (%llu of %llu bytes free; the largest of %u free ranges has %llu "
+                      "bytes)",
+                      device->index, size, alignment > CPU_MIN_ALIGNMENT ? alignment : 256,
+                      (unsigned long long)(device->capacity - used),
+                      (unsigned long long)device->capacity, ranges, (unsigned long long)largest);
+        return HAL_ERROR_OUT_OF_DEVICE_MEMORY;
+    }
+    *ptr = cpu_block_ptr(device->arena, block);
+    *cookie = block;
+    return HAL_OK;
+}
+
+/* Allocates memory aligned to max(256, alignment); device and shared kinds are charged to the
+ * device's capacity first and come from its arena when it has one. */
 hal_status_t cpu_mem_alloc(void *device_, hal_mem_kind_t kind, size_t size, size_t alignment,
                            void **ptr, void **cookie)
 {
@@ -47,6 +80,12 @@ hal_status_t cpu_mem_alloc(void *device_, hal_mem_kind_t kind, size_t size, size
         hal_status_t st = reserve(device, size);
         if (st != HAL_OK)
             return st;
+        if (device->arena != NULL) {
+            st = arena_alloc(device, size, alignment, ptr, cookie);
+            if (st != HAL_OK)
+                atomic_fetch_sub(&device->used, (uint64_t)size);
+            return st;
+        }
     }
     if (alignment < CPU_MIN_ALIGNMENT)
         alignment = CPU_MIN_ALIGNMENT;
@@ -70,9 +109,20 @@ hal_status_t cpu_mem_alloc(void *device_, hal_mem_kind_t kind, size_t size, size
 hal_status_t cpu_mem_free(void *device_, hal_mem_kind_t kind, void *ptr, void *cookie)
 {
     cpu_device_t *device = device_;
-    free(ptr);
-    if (counts_against_capacity(kind))
-        atomic_fetch_sub(&device->used, (uint64_t)(uintptr_t)cookie);
+    if (!counts_against_capacity(kind)) {
+        free(ptr);
+        return HAL_OK;
+    }
+    uint64_t size;
+    if (device->arena != NULL) {
+        cpu_block_t *block = cookie;
+        size = block->requested; /* read first: the node is reused once freed */
+        cpu_arena_free(device->arena, block);
+    } else {
+        size = (uint64_t)(uintptr_t)cookie;
+        free(ptr);
+    }
+    atomic_fetch_sub(&device->used, size);
     return HAL_OK;
 }
 

@@ -148,6 +148,19 @@ hal_status_t cpu_stream_enqueue_fn(cpu_stream_t *stream, cpu_task_fn_t fn, void 
     return cpu_stream_submit(stream, &task);
 }
 
+/* Runs a HAL host function in stream order (the core's collectives run in one). It runs even
+ * after an error latched, and is told the error: the function decides what a failed stream means
+ * for it (a collective must still meet its peers or tell them it gives up). It holds no execution
+ * slot, because it blocks until its peers arrive, and peers on this device need the slots to
+ * reach the same point. A non-OK return latches with the detail the function left through the
+ * core (host->take_error()).
+ * Thread safety: as cpu_stream_submit. */
+hal_status_t cpu_stream_launch_host_fn(void *stream, hal_stream_host_fn_t fn, void *arg)
+{
+    return cpu_stream_enqueue_fn(stream, fn, arg,
+                                 CPU_TASK_RUN_ON_ERROR | CPU_TASK_NO_SLOT | CPU_TASK_HOST_FN);
+}
+
 /* Enqueues a task that fails the stream with `status` when reached, as a device fault would.
  * `detail` must stay valid until the task ran (a string literal, typically). Used by tests and
  * fault injection. */
@@ -208,6 +221,14 @@ static void run_task(cpu_stream_t *s, cpu_task_t *t)
             tls_current_stream = NULL;
             if (slot)
                 cpu_sched_release(sched);
+            if ((t->flags & CPU_TASK_HOST_FN) != 0) {
+                /* A HAL function that failed inside fn left its detail with the core, for this
+                 * thread; take it now, before anything else run here can replace it, and always,
+                 * so that a detail fn left behind on success cannot be blamed on a later task. */
+                const char *detail = cpu_take_host_error(s->device->backend);
+                if (rc != HAL_OK && detail != NULL)
+                    snprintf(s->task_msg, sizeof(s->task_msg), "%s", detail);
+            }
             if (rc != HAL_OK) {
                 if (s->task_msg[0] == '\0')
                     snprintf(s->task_msg, sizeof(s->task_msg), "stream task failed with %s",

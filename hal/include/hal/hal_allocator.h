@@ -95,8 +95,8 @@ hal_status_t hal_allocator_free(hal_allocator_t allocator, void *ptr);
 
 /* Marks a block as used on another stream, so that it is not reused until that stream's work
  * enqueued before the block's free has completed (PyTorch's recordStream).
- * Returns: HAL_OK; HAL_ERROR_INVALID_HANDLE; HAL_ERROR_INVALID_ARGUMENT (not a live block,
- * stream of another device).
+ * Returns: HAL_OK; HAL_ERROR_INVALID_HANDLE (allocator or stream, NULL included);
+ * HAL_ERROR_INVALID_ARGUMENT (not a live block, stream of another device).
  * Thread safety: safe. */
 hal_status_t hal_allocator_record_stream(hal_allocator_t allocator, void *ptr, hal_stream_t stream);
 

@@ -183,9 +183,10 @@ CTEST(CpuDevice, Properties)
         T_EXPECT(props.index == i);
         T_EXPECT(props.host_addressable == 1);
         T_EXPECT(props.total_memory == (UINT64_C(3) << 30));
+        /* IPC comes with the device's memfd arena, which every supported kernel offers. */
         T_EXPECT(props.capabilities ==
                  (HAL_DEVICE_CAP_SHARED_MEMORY | HAL_DEVICE_CAP_TIMING_EVENTS |
-                  HAL_DEVICE_CAP_HOST_CALLBACKS | HAL_DEVICE_CAP_PEER_COPY));
+                  HAL_DEVICE_CAP_HOST_CALLBACKS | HAL_DEVICE_CAP_PEER_COPY | HAL_DEVICE_CAP_IPC));
         T_EXPECT(props.stream_priority_least == 0);
         T_EXPECT(props.stream_priority_greatest == -2);
         T_EXPECT(props.alignment == 256);

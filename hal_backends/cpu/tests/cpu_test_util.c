@@ -62,16 +62,16 @@ hal_status_t t_open(t_fixture_t *fx, const char *devices, const char *memory,
     return t_open_exact(fx, devices, memory, concurrency, spin_us);
 }
 
-/* As t_open, without the CPU_TEST_SPIN_US override. */
-hal_status_t t_open_exact(t_fixture_t *fx, const char *devices, const char *memory,
-                          const char *concurrency, const char *spin_us)
+static hal_status_t open_fixture(t_fixture_t *fx, const hal_host_services_t *host,
+                                 const char *devices, const char *memory, const char *concurrency,
+                                 const char *spin_us)
 {
     memset(fx, 0, sizeof(*fx));
     t_set_env(devices, memory, concurrency, spin_us);
     hal_status_t st = hal_backend_get_ops(HAL_API_VERSION, &fx->ops);
     if (st != HAL_OK)
         return st;
-    st = fx->ops->init(&t_host, &fx->backend);
+    st = fx->ops->init(host, &fx->backend);
     t_set_env(NULL, NULL, NULL, NULL);
     if (st != HAL_OK)
         return st;
@@ -82,6 +82,22 @@ hal_status_t t_open_exact(t_fixture_t *fx, const char *devices, const char *memo
             return st;
     }
     return HAL_OK;
+}
+
+/* As t_open, without the CPU_TEST_SPIN_US override. */
+hal_status_t t_open_exact(t_fixture_t *fx, const char *devices, const char *memory,
+                          const char *concurrency, const char *spin_us)
+{
+    return open_fixture(fx, &t_host, devices, memory, concurrency, spin_us);
+}
+
+/* As t_open, with other host services (e.g. one that has take_error). */
+hal_status_t t_open_with_host(t_fixture_t *fx, const hal_host_services_t *host, const char *devices,
+                              const char *memory, const char *concurrency, const char *spin_us)
+{
+    if (spin_us == NULL)
+        spin_us = getenv("CPU_TEST_SPIN_US");
+    return open_fixture(fx, host, devices, memory, concurrency, spin_us);
 }
 
 /* Releases what t_open created. */
@@ -187,5 +203,20 @@ hal_backend_ptr_t t_ptr(void *p, hal_mem_kind_t kind)
     r.ptr = p;
     r.kind = kind;
     r.base = p;
+    return r;
+}
+
+/* A resolved pointer with every field the core fills (the IPC slots use them). */
+hal_backend_ptr_t t_alloc_ptr(void *base, void *cookie, size_t size, size_t offset,
+                              hal_mem_kind_t kind)
+{
+    hal_backend_ptr_t r;
+    memset(&r, 0, sizeof(r));
+    r.ptr = (char *)base + offset;
+    r.kind = kind;
+    r.base = base;
+    r.size = size;
+    r.cookie = cookie;
+    r.offset = offset;
     return r;
 }

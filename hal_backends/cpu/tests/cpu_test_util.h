@@ -69,6 +69,9 @@ hal_status_t t_open(t_fixture_t *fx, const char *devices, const char *memory,
 /* As t_open, but a NULL spin_us really leaves HAL_CPU_SPIN_US unset. */
 hal_status_t t_open_exact(t_fixture_t *fx, const char *devices, const char *memory,
                           const char *concurrency, const char *spin_us);
+/* As t_open, with `host` handed to init instead of t_host. */
+hal_status_t t_open_with_host(t_fixture_t *fx, const hal_host_services_t *host, const char *devices,
+                              const char *memory, const char *concurrency, const char *spin_us);
 /* Closes the devices and finalises the backend. */
 void t_close(t_fixture_t *fx);
 
@@ -107,6 +110,10 @@ void t_log_cb(hal_status_t status, void *entry);
 
 /* Wraps a host pointer as a resolved pointer of the given kind. */
 hal_backend_ptr_t t_ptr(void *p, hal_mem_kind_t kind);
+
+/* A resolved pointer into an allocation of the given kind, as the core passes it. */
+hal_backend_ptr_t t_alloc_ptr(void *base, void *cookie, size_t size, size_t offset,
+                              hal_mem_kind_t kind);
 
 /* Sleeps for `ms` milliseconds. */
 void t_sleep_ms(int ms);

@@ -1,0 +1,696 @@
+// SPDX-License-Identifier: Apache-2.0
+// Conformance suite harness: registers every C test body (conformance/cts_tests.inc) as a
+// value-parameterized GoogleTest over (backend, device), runs each test against a freshly opened
+// backend, guards every test with a timeout, and prints a per-area Markdown summary that ends
+// with the line "N passed, N failed, N skipped".
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cctype>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cts.h"
+
+// Huge allocations are part of the out-of-memory tests: let the sanitizers' allocators return
+// NULL as the system allocator would, instead of aborting.
+extern "C" const char *__asan_default_options()
+{
+    return "allocator_may_return_null=1";
+}
+extern "C" const char *__tsan_default_options()
+{
+    return "allocator_may_return_null=1";
+}
+
+namespace
+{
+
+struct Options {
+    std::vector<std::string> backends;
+    long device = -1;
+    unsigned timeout_s = 60;
+    bool run_known_failures = false;
+    bool validation = false;
+    std::string self_exe;
+    std::string fixture_dir;
+};
+
+Options g_options;
+
+} // namespace
+
+namespace cts
+{
+
+// One (backend, device) pair under test.
+struct Param {
+    std::string backend; // as given to hal_backend_open
+    uint32_t device = 0;
+    uint32_t device_count = 0;
+    std::string lib_path; // the backend's library file, empty if unknown
+    std::string label;    // test-name suffix, e.g. "cpu_0"
+};
+
+void PrintTo(const Param &p, std::ostream *os)
+{
+    *os << p.label;
+}
+
+std::vector<Param> g_params;
+
+} // namespace cts
+
+namespace
+{
+
+// ---- Outcomes and the summary --------------------------------------------------------------
+
+struct Counts {
+    unsigned passed = 0, failed = 0, skipped = 0, known = 0;
+};
+
+struct TestNote {
+    std::string backend, area;
+    bool known_failure = false; // skipped (or, when run anyway, attempted) as a known failure
+    std::string skip_reason;
+};
+
+std::mutex g_summary_lock;
+std::map<std::string, TestNote> g_notes;                       // by full test name
+std::map<std::string, std::map<std::string, Counts>> g_counts; // backend -> area -> counts
+std::map<std::string, unsigned> g_skip_reasons;
+std::vector<std::string> g_now_passing; // known failures that passed when run anyway
+std::vector<std::string> g_failed_tests;
+
+std::string FullName(const testing::TestInfo &info)
+{
+    std::string name = std::string(info.test_suite_name()) + "." + info.name();
+    return name;
+}
+
+void PrintSummary(FILE *out)
+{
+    std::lock_guard<std::mutex> lock(g_summary_lock);
+    Counts all;
+    for (const auto &b : g_counts) {
+        std::fprintf(out, "\n## Conformance summary: %s\n\n", b.first.c_str());
+        std::fprintf(out, "| area | passed | failed | skipped | known failures |\n");
+        std::fprintf(out, "|---|---:|---:|---:|---:|\n");
+        Counts total;
+        for (const auto &a : b.second) {
+            const Counts &c = a.second;
+            std::fprintf(out, "| %s | %u | %u | %u | %u |\n", a.first.c_str(), c.passed, c.failed,
+                         c.skipped, c.known);
+            total.passed += c.passed;
+            total.failed += c.failed;
+            total.skipped += c.skipped;
+            total.known += c.known;
+        }
+        std::fprintf(out, "| **total** | %u | %u | %u | %u |\n", total.passed, total.failed,
+                     total.skipped, total.known);
+        all.passed += total.passed;
+        all.failed += total.failed;
+        all.skipped += total.skipped;
+        all.known += total.known;
+    }
+    if (!g_skip_reasons.empty()) {
+        std::fprintf(out, "\nSkip reasons:\n");
+        for (const auto &r : g_skip_reasons)
+            std::fprintf(out, "- %u x %s\n", r.second, r.first.c_str());
+    }
+    if (!g_now_passing.empty()) {
+        std::fprintf(out, "\nKnown failures that now pass (remove their CTS_KNOWN_FAILURE_ON):\n");
+        for (const auto &n : g_now_passing)
+            std::fprintf(out, "- %s\n", n.c_str());
+    }
+    if (!g_failed_tests.empty()) {
+        std::fprintf(out, "\nFailed:\n");
+        for (const auto &n : g_failed_tests)
+            std::fprintf(out, "- %s\n", n.c_str());
+    }
+    // Known-failure skips are listed in their own column, and are skips in the closing line.
+    std::fprintf(out, "\n%u passed, %u failed, %u skipped\n", all.passed, all.failed,
+                 all.skipped + all.known);
+    std::fflush(out);
+}
+
+class SummaryListener : public testing::EmptyTestEventListener
+{
+    void OnTestEnd(const testing::TestInfo &info) override
+    {
+        const testing::TestResult *result = info.result();
+        std::lock_guard<std::mutex> lock(g_summary_lock);
+        std::string name = FullName(info);
+        TestNote note;
+        auto it = g_notes.find(name);
+        if (it != g_notes.end()) {
+            note = it->second;
+        } else {
+            note.area = info.test_suite_name();
+            note.backend = "?";
+        }
+        Counts &c = g_counts[note.backend][note.area];
+        if (result->Failed()) {
+            c.failed++;
+            g_failed_tests.push_back(name);
+        } else if (result->Skipped()) {
+            if (note.known_failure) {
+                c.known++;
+            } else {
+                c.skipped++;
+                g_skip_reasons[note.skip_reason]++;
+            }
+        } else {
+            c.passed++;
+            if (note.known_failure)
+                g_now_passing.push_back(name);
+        }
+    }
+};
+
+// ---- Per-test watchdog ------------------------------------------------------------------------
+
+class Watchdog
+{
+  public:
+    void Start()
+    {
+        thread_ = std::thread([this] { Loop(); });
+        thread_.detach();
+    }
+    void Arm(const std::string &name, unsigned seconds)
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        name_ = name;
+        armed_ = true;
+        deadline_ = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+        seconds_ = seconds;
+        cv_.notify_all();
+    }
+    void Disarm()
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        armed_ = false;
+        cv_.notify_all();
+    }
+
+  private:
+    void Loop()
+    {
+        std::unique_lock<std::mutex> lock(mu_);
+        for (;;) {
+            if (!armed_) {
+                cv_.wait(lock);
+                continue;
+            }
+            if (cv_.wait_until(lock, deadline_) == std::cv_status::timeout && armed_ &&
+                std::chrono::steady_clock::now() >= deadline_) {
+                std::string name = name_;
+                lock.unlock();
+                Fire(name);
+            }
+        }
+    }
+    void Fire(const std::string &name)
+    {
+        std::fprintf(stdout,
+                     "[  TIMEOUT ] %s did not finish within %u s (HAL_CTS_TIMEOUT); "
+                     "counted as failed, exiting\n",
+                     name.c_str(), seconds_);
+        {
+            std::lock_guard<std::mutex> lock(g_summary_lock);
+            auto it = g_notes.find(name);
+            std::string backend = it != g_notes.end() ? it->second.backend : "?";
+            std::string area = it != g_notes.end() ? it->second.area : "?";
+            g_counts[backend][area].failed++;
+            g_failed_tests.push_back(name + " (timeout)");
+        }
+        PrintSummary(stdout);
+        std::fflush(stderr);
+        _exit(1);
+    }
+
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::thread thread_;
+    bool armed_ = false;
+    std::string name_;
+    unsigned seconds_ = 0;
+    std::chrono::steady_clock::time_point deadline_;
+};
+
+// Never destroyed: its thread may still wait on the condition variable when the process exits.
+Watchdog &g_watchdog = *new Watchdog;
+
+} // namespace
+
+// ---- Failure reports from C bodies -------------------------------------------------------------
+
+extern "C" void cts_harness_report(const char *file, int line, const char *message)
+{
+    ADD_FAILURE_AT(file, line) << message;
+}
+
+namespace cts
+{
+
+// ---- The fixture shared by all areas ----------------------------------------------------------
+
+class Test : public testing::TestWithParam<Param>
+{
+  protected:
+    void SetUp() override
+    {
+        const testing::TestInfo *info = testing::UnitTest::GetInstance()->current_test_info();
+        name_ = FullName(*info);
+        const Param &p = GetParam();
+        {
+            std::lock_guard<std::mutex> lock(g_summary_lock);
+            TestNote &note = g_notes[name_];
+            note.backend = p.backend;
+            note.area = info->test_suite_name();
+        }
+        g_watchdog.Arm(name_, g_options.timeout_s);
+
+        std::memset(&ctx_, 0, sizeof(ctx_));
+        ctx_.backend_name = p.backend.c_str();
+        ctx_.device_index = p.device;
+        ctx_.backend_lib_path = p.lib_path.empty() ? nullptr : p.lib_path.c_str();
+        ctx_.fixture_dir = g_options.fixture_dir.empty() ? nullptr : g_options.fixture_dir.c_str();
+        ctx_.self_exe = g_options.self_exe.empty() ? nullptr : g_options.self_exe.c_str();
+        ctx_.validation = g_options.validation;
+        ctx_.run_known_failures = g_options.run_known_failures;
+        ctx_.props.struct_size = sizeof(ctx_.props);
+
+        hal_set_current_device(nullptr);
+        leaks_before_ = cts_leak_count();
+        hal_status_t st = hal_backend_open(ctx_.backend_name, &ctx_.backend);
+        ASSERT_EQ(st, HAL_OK) << "hal_backend_open(\"" << p.backend
+                              << "\"): " << hal_status_string(st) << ": "
+                              << hal_last_error_message();
+        st = hal_device_count(ctx_.backend, &ctx_.device_count);
+        ASSERT_EQ(st, HAL_OK) << "hal_device_count: " << hal_last_error_message();
+        st = hal_device_get(ctx_.backend, p.device, &ctx_.device);
+        ASSERT_EQ(st, HAL_OK) << "hal_device_get(" << p.device << "): " << hal_last_error_message();
+        st = hal_device_get_properties(ctx_.device, &ctx_.props);
+        ASSERT_EQ(st, HAL_OK) << "hal_device_get_properties: " << hal_last_error_message();
+        ready_ = true;
+    }
+
+    void TearDown() override
+    {
+        cts_ctx_open_gates(&ctx_);
+        if (ctx_.backend != nullptr) {
+            hal_status_t st = hal_backend_close(ctx_.backend);
+            EXPECT_EQ(st, HAL_OK) << "closing the test's backend: " << hal_status_string(st) << ": "
+                                  << hal_last_error_message();
+        }
+        hal_set_current_device(nullptr);
+        if (ctx_.validation && ready_ && !HasFailure()) {
+            uint64_t leaks = cts_leak_count() - leaks_before_;
+            EXPECT_EQ(leaks, ctx_.expected_leaks)
+                << "the validation layer counted leaked objects (the test did not clean up, or "
+                   "the layer miscounts)";
+        }
+        cts_ctx_release(&ctx_);
+        g_watchdog.Disarm();
+    }
+
+    void Run(int (*body)(cts_ctx_t *))
+    {
+        if (!ready_)
+            return;
+        int rc = body(&ctx_);
+        if (ctx_.known_failure) {
+            std::lock_guard<std::mutex> lock(g_summary_lock);
+            g_notes[name_].known_failure = true;
+        }
+        if (rc == CTS_SKIP) {
+            {
+                std::lock_guard<std::mutex> lock(g_summary_lock);
+                g_notes[name_].skip_reason = ctx_.skip_reason;
+            }
+            GTEST_SKIP() << ctx_.skip_reason;
+        } else if (rc != CTS_PASS && !HasFailure()) {
+            ADD_FAILURE() << "the body returned " << rc << " without reporting a failure";
+        } else if (rc == CTS_PASS && ctx_.known_failure && !HasFailure()) {
+            std::printf("[ UNEXPECTED PASS ] %s: %s\n", name_.c_str(), ctx_.skip_reason);
+        }
+    }
+
+    cts_ctx_t ctx_;
+
+  private:
+    std::string name_;
+    uint64_t leaks_before_ = 0;
+    bool ready_ = false;
+};
+
+// One fixture per API area, so that test names read "<area>.<name>/<backend>_<device>".
+#define CTS_AREA(area)       \
+    class area : public Test \
+    {                        \
+    };                       \
+    GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(area);
+CTS_AREA(backend)
+CTS_AREA(device)
+CTS_AREA(memory)
+CTS_AREA(stream)
+CTS_AREA(event)
+CTS_AREA(status)
+CTS_AREA(handles)
+CTS_AREA(threads)
+CTS_AREA(allocator)
+#undef CTS_AREA
+
+#define CTS_TEST(area, name)      \
+    TEST_P(area, name)            \
+    {                             \
+        Run(cts_##area##_##name); \
+    }
+#include "conformance/cts_tests.inc"
+#undef CTS_TEST
+
+std::string ParamName(const testing::TestParamInfo<Param> &info)
+{
+    return info.param.label;
+}
+
+// The parameter list is evaluated lazily, after main() has filled g_params.
+#define CTS_INSTANTIATE(area) \
+    INSTANTIATE_TEST_SUITE_P(, area, testing::ValuesIn(g_params), ParamName)
+CTS_INSTANTIATE(backend);
+CTS_INSTANTIATE(device);
+CTS_INSTANTIATE(memory);
+CTS_INSTANTIATE(stream);
+CTS_INSTANTIATE(event);
+CTS_INSTANTIATE(status);
+CTS_INSTANTIATE(handles);
+CTS_INSTANTIATE(threads);
+CTS_INSTANTIATE(allocator);
+#undef CTS_INSTANTIATE
+
+} // namespace cts
+
+// ---- Set-up -----------------------------------------------------------------------------------
+
+namespace
+{
+
+std::vector<std::string> Split(const std::string &s, char sep)
+{
+    std::vector<std::string> out;
+    std::stringstream ss(s);
+    std::string item;
+    while (std::getline(ss, item, sep))
+        if (!item.empty())
+            out.push_back(item);
+    return out;
+}
+
+bool FileExists(const std::string &path)
+{
+    return access(path.c_str(), F_OK) == 0;
+}
+
+std::string Dirname(const std::string &path)
+{
+    size_t slash = path.rfind('/');
+    return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+std::string SelfExe()
+{
+    char buf[4096];
+    ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+    if (n <= 0)
+        return "";
+    buf[n] = '\0';
+    return buf;
+}
+
+// Runfiles roots of this binary: under `bazel test` (TEST_SRCDIR) or `bazel run` (RUNFILES_DIR,
+// or <argv0>.runfiles).
+std::vector<std::string> RunfilesRoots(const char *argv0)
+{
+    std::vector<std::string> roots;
+    const char *ws = std::getenv("TEST_WORKSPACE");
+    std::string workspace = ws != nullptr && ws[0] != '\0' ? ws : "torch_hal";
+    for (const char *var : { "TEST_SRCDIR", "RUNFILES_DIR" }) {
+        const char *dir = std::getenv(var);
+        if (dir != nullptr && dir[0] != '\0')
+            roots.push_back(std::string(dir) + "/" + workspace);
+    }
+    if (argv0 != nullptr)
+        roots.push_back(std::string(argv0) + ".runfiles/" + workspace);
+    return roots;
+}
+
+// Without HAL_BACKEND_PATH, look for the backends where Bazel puts them: in the runfiles, or in
+// bazel-bin next to this binary's package.
+void DeriveBackendPath(const std::vector<std::string> &backends, const char *argv0)
+{
+    const char *set = std::getenv("HAL_BACKEND_PATH");
+    if (set != nullptr && set[0] != '\0')
+        return;
+    std::vector<std::string> dirs;
+    for (const auto &b : backends) {
+        if (b.find('/') != std::string::npos)
+            continue;
+        std::vector<std::string> candidates;
+        for (const auto &root : RunfilesRoots(argv0))
+            candidates.push_back(root + "/hal_backends/" + b);
+        if (!g_options.self_exe.empty())
+            candidates.push_back(Dirname(Dirname(g_options.self_exe)) + "/hal_backends/" + b);
+        for (const auto &dir : candidates) {
+            if (FileExists(dir + "/libhal_backend_" + b + ".so")) {
+                char real[4096];
+                dirs.push_back(realpath(dir.c_str(), real) != nullptr ? real : dir);
+                break;
+            }
+        }
+    }
+    std::string path;
+    for (const auto &d : dirs)
+        path += (path.empty() ? "" : ":") + d;
+    if (!path.empty())
+        setenv("HAL_BACKEND_PATH", path.c_str(), 1);
+}
+
+std::string FindFixtureDir(const char *argv0)
+{
+    const char *env = std::getenv("HAL_CTS_FIXTURE_DIR");
+    if (env != nullptr && env[0] != '\0')
+        return env;
+    std::vector<std::string> candidates;
+    for (const auto &root : RunfilesRoots(argv0))
+        candidates.push_back(root + "/conformance");
+    if (!g_options.self_exe.empty())
+        candidates.push_back(Dirname(g_options.self_exe));
+    for (const auto &dir : candidates)
+        if (FileExists(dir + "/libcts_noentry.so"))
+            return dir;
+    return "";
+}
+
+// The file the dynamic loader mapped for an open backend.
+std::string FindLibraryPath(const std::string &backend)
+{
+    if (backend.find('/') != std::string::npos) {
+        char real[4096];
+        return realpath(backend.c_str(), real) != nullptr ? real : backend;
+    }
+    std::ifstream maps("/proc/self/maps");
+    std::string line, suffix = "/libhal_backend_" + backend + ".so";
+    while (std::getline(maps, line)) {
+        size_t slash = line.find('/');
+        if (slash == std::string::npos)
+            continue;
+        std::string path = line.substr(slash);
+        if (path.size() >= suffix.size() &&
+            path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0)
+            return path;
+    }
+    return "";
+}
+
+std::string Label(const std::string &backend, uint32_t device)
+{
+    std::string base = backend;
+    size_t slash = base.rfind('/');
+    if (slash != std::string::npos)
+        base = base.substr(slash + 1);
+    std::string label;
+    for (char c : base)
+        label += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+    return label + "_" + std::to_string(device);
+}
+
+bool Enumerate()
+{
+    for (const auto &b : g_options.backends) {
+        hal_backend_t backend = nullptr;
+        hal_status_t st = hal_backend_open(b.c_str(), &backend);
+        if (st != HAL_OK) {
+            std::fprintf(stderr, "hal_conformance: cannot open backend \"%s\": %s: %s\n", b.c_str(),
+                         hal_status_string(st), hal_last_error_message());
+            return false;
+        }
+        uint32_t count = 0;
+        st = hal_device_count(backend, &count);
+        std::string lib = FindLibraryPath(b);
+        hal_backend_close(backend);
+        if (st != HAL_OK) {
+            std::fprintf(stderr, "hal_conformance: hal_device_count(\"%s\"): %s\n", b.c_str(),
+                         hal_status_string(st));
+            return false;
+        }
+        if (count == 0)
+            std::fprintf(stderr, "hal_conformance: backend \"%s\" has no devices\n", b.c_str());
+        if (g_options.device >= 0 && static_cast<uint32_t>(g_options.device) >= count) {
+            std::fprintf(stderr, "hal_conformance: --device=%ld, but \"%s\" has %u devices\n",
+                         g_options.device, b.c_str(), count);
+            return false;
+        }
+        for (uint32_t d = 0; d < count; d++) {
+            if (g_options.device >= 0 && d != static_cast<uint32_t>(g_options.device))
+                continue;
+            cts::Param p;
+            p.backend = b;
+            p.device = d;
+            p.device_count = count;
+            p.lib_path = lib;
+            p.label = Label(b, d);
+            cts::g_params.push_back(p);
+        }
+    }
+    return !cts::g_params.empty();
+}
+
+// Child mode used by cts_probe_open: open one backend under the inherited environment and exit
+// with the status. _exit skips the leak checker, which is not what the probe is about.
+int Probe(const char *name)
+{
+    hal_backend_t backend = nullptr;
+    hal_status_t st = hal_backend_open(name, &backend);
+    if (st == HAL_OK)
+        hal_backend_close(backend);
+    std::fflush(stdout);
+    std::fflush(stderr);
+    _exit(static_cast<int>(st));
+}
+
+void Usage()
+{
+    std::printf(
+        "hal_conformance: the torch-hal conformance suite (GoogleTest flags also apply)\n"
+        "  --backend=a,b       backends to test, names or library paths (env HAL_BACKENDS;\n"
+        "                      default cpu)\n"
+        "  --device=N          only device N of each backend (default: all devices)\n"
+        "  --layers=LIST       sets HAL_LAYERS, e.g. validation\n"
+        "  --timeout=S         per-test timeout in seconds (env HAL_CTS_TIMEOUT; default 60)\n"
+        "  --run-known-failures  run tests marked CTS_KNOWN_FAILURE_ON (env\n"
+        "                      HAL_CTS_RUN_KNOWN_FAILURES=1) and list those that pass\n"
+        "Environment: HAL_BACKEND_PATH (where backends are found), HAL_CTS_FIXTURE_DIR (the\n"
+        "fixture libraries libcts_*.so).\n");
+}
+
+bool ParseUnsigned(const char *s, long *out)
+{
+    char *end = nullptr;
+    long v = std::strtol(s, &end, 10);
+    if (end == s || *end != '\0' || v < 0)
+        return false;
+    *out = v;
+    return true;
+}
+
+} // namespace
+
+int main(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (std::strncmp(argv[i], "--cts-probe-open=", 17) == 0)
+            return Probe(argv[i] + 17);
+
+    const char *env_backends = std::getenv("HAL_BACKENDS");
+    std::string backends =
+        env_backends != nullptr && env_backends[0] != '\0' ? env_backends : "cpu";
+    const char *env_timeout = std::getenv("HAL_CTS_TIMEOUT");
+    long timeout = 60;
+    if (env_timeout != nullptr && env_timeout[0] != '\0' &&
+        (!ParseUnsigned(env_timeout, &timeout) || timeout == 0)) {
+        std::fprintf(stderr, "hal_conformance: bad HAL_CTS_TIMEOUT=%s\n", env_timeout);
+        return 2;
+    }
+    const char *env_known = std::getenv("HAL_CTS_RUN_KNOWN_FAILURES");
+    g_options.run_known_failures = env_known != nullptr && std::strcmp(env_known, "1") == 0;
+
+    // Take our flags out of argv before GoogleTest sees it.
+    bool help = false;
+    int kept = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (std::strncmp(a, "--backend=", 10) == 0) {
+            backends = a + 10;
+        } else if (std::strncmp(a, "--device=", 9) == 0) {
+            if (!ParseUnsigned(a + 9, &g_options.device)) {
+                std::fprintf(stderr, "hal_conformance: bad %s\n", a);
+                return 2;
+            }
+        } else if (std::strncmp(a, "--layers=", 9) == 0) {
+            setenv("HAL_LAYERS", a + 9, 1);
+        } else if (std::strncmp(a, "--timeout=", 10) == 0) {
+            if (!ParseUnsigned(a + 10, &timeout) || timeout == 0) {
+                std::fprintf(stderr, "hal_conformance: bad %s\n", a);
+                return 2;
+            }
+        } else if (std::strcmp(a, "--run-known-failures") == 0) {
+            g_options.run_known_failures = true;
+        } else {
+            if (std::strcmp(a, "--help") == 0 || std::strcmp(a, "-h") == 0) {
+                Usage();
+                help = true;
+            }
+            argv[kept++] = argv[i];
+        }
+    }
+    argc = kept;
+    argv[argc] = nullptr;
+    g_options.timeout_s = static_cast<unsigned>(timeout);
+    g_options.backends = Split(backends, ',');
+    const char *layers = std::getenv("HAL_LAYERS");
+    for (const auto &l : Split(layers != nullptr ? layers : "", ','))
+        if (l == "validation")
+            g_options.validation = true;
+    g_options.self_exe = SelfExe();
+    DeriveBackendPath(g_options.backends, argv[0]);
+    g_options.fixture_dir = FindFixtureDir(argv[0]);
+
+    // GoogleTest expands the parameter lists inside InitGoogleTest: enumerate devices first.
+    bool enumerated = Enumerate();
+    testing::InitGoogleTest(&argc, argv);
+    if (GTEST_FLAG_GET(list_tests) || help)
+        return RUN_ALL_TESTS();
+    if (!enumerated) {
+        std::fprintf(stdout, "\n0 passed, 1 failed, 0 skipped\n");
+        return 1;
+    }
+    testing::UnitTest::GetInstance()->listeners().Append(new SummaryListener);
+    g_watchdog.Start();
+    int rc = RUN_ALL_TESTS();
+    PrintSummary(stdout);
+    return rc;
+}
