@@ -50,6 +50,15 @@ hal_status_t hal_bootstrap_connect(const hal_unique_id_t *id, int nranks, int ra
                                    const hal_comm_store_t *store, uint32_t timeout_ms,
                                    hal_bootstrap_t **out);
 
+/* The two halves of hal_bootstrap_connect, so that a rendezvous in progress can be aborted:
+ * create checks the arguments and allocates without blocking; join runs the rendezvous and
+ * fails with HAL_ERROR_ABORTED if hal_bootstrap_abort is called meanwhile. After a failed join
+ * the object must still be destroyed. */
+hal_status_t hal_bootstrap_create(const hal_unique_id_t *id, int nranks, int rank,
+                                  const hal_comm_store_t *store, uint32_t timeout_ms,
+                                  hal_bootstrap_t **out);
+hal_status_t hal_bootstrap_join(hal_bootstrap_t *b);
+
 int hal_bootstrap_nranks(const hal_bootstrap_t *b);
 int hal_bootstrap_rank(const hal_bootstrap_t *b);
 const hal_bootstrap_peer_t *hal_bootstrap_peer(const hal_bootstrap_t *b, int rank);
@@ -70,7 +79,8 @@ hal_status_t hal_bootstrap_send(hal_bootstrap_t *b, int peer, uint32_t tag, cons
 hal_status_t hal_bootstrap_recv(hal_bootstrap_t *b, int peer, uint32_t tag, void *data,
                                 size_t size);
 
-/* Makes every blocked or later call fail with HAL_ERROR_ABORTED. Safe from any thread. */
+/* Makes every blocked or later call fail with HAL_ERROR_ABORTED. Safe from any thread, but not
+ * concurrently with hal_bootstrap_destroy of the same object. */
 void hal_bootstrap_abort(hal_bootstrap_t *b);
 
 /* Closes connections and frees. */

@@ -164,6 +164,15 @@ static hal_status_t bootstrap_broadcast(void *b, void *data, size_t size, int ro
     return hal_bootstrap_broadcast(b, data, size, root);
 }
 
+/* Sets one of the objects hal_comm_abort reaches from other threads. Under the lock, so that an
+ * abort never touches an object being destroyed. */
+#define PUBLISH(comm, field, value)          \
+    do {                                     \
+        pthread_mutex_lock(&(comm)->lock);   \
+        (comm)->field = (value);             \
+        pthread_mutex_unlock(&(comm)->lock); \
+    } while (0)
+
 /* Connects, then sets up the engine, the native communicator and staging. On failure
  * everything made here is released and the status returned (message set). */
 static hal_status_t comm_setup(struct hal_comm_s *comm)
@@ -173,11 +182,12 @@ static hal_status_t comm_setup(struct hal_comm_s *comm)
     hal_status_t st;
     hal_bootstrap_t *bootstrap = NULL;
     hal_engine_comm_t *engine = NULL;
-    HAL_CHECK(hal_bootstrap_connect(&comm->id, comm->nranks, comm->rank,
-                                    comm->has_store ? &comm->store : NULL, comm->timeout_ms,
-                                    &bootstrap));
-    /* Published atomically: hal_comm_abort may read them from another thread. */
-    __atomic_store_n(&comm->bootstrap, bootstrap, __ATOMIC_RELEASE);
+    HAL_CHECK(hal_bootstrap_create(&comm->id, comm->nranks, comm->rank,
+                                   comm->has_store ? &comm->store : NULL, comm->timeout_ms,
+                                   &bootstrap));
+    /* Published before the rendezvous, so hal_comm_abort can cut it short. */
+    PUBLISH(comm, bootstrap, bootstrap);
+    HAL_CHECK_GOTO(hal_bootstrap_join(bootstrap), st, out_bootstrap);
     comm->ipc = (hal_engine_ipc_t){ comm, comm_ipc_open, comm_ipc_close };
     hal_engine_config_t engine_config = {
         .bootstrap = bootstrap,
@@ -185,7 +195,7 @@ static hal_status_t comm_setup(struct hal_comm_s *comm)
         .ipc = comm->use_ipc ? &comm->ipc : NULL,
     };
     HAL_CHECK_GOTO(hal_engine_init(&engine_config, &engine), st, out_bootstrap);
-    __atomic_store_n(&comm->engine, engine, __ATOMIC_RELEASE);
+    PUBLISH(comm, engine, engine);
     if (ops->comm_init) {
         hal_backend_comm_args_t args = {
             .struct_size = sizeof(args),
@@ -214,10 +224,10 @@ out_native:
         ops->comm_destroy(comm->native);
     comm->native = NULL;
 out_engine:
-    __atomic_store_n(&comm->engine, NULL, __ATOMIC_RELEASE);
+    PUBLISH(comm, engine, NULL);
     hal_engine_destroy(engine);
 out_bootstrap:
-    __atomic_store_n(&comm->bootstrap, NULL, __ATOMIC_RELEASE);
+    PUBLISH(comm, bootstrap, NULL);
     hal_bootstrap_destroy(bootstrap);
     return st;
 }
@@ -396,15 +406,13 @@ static void abort_comm(struct hal_comm_s *comm)
         snprintf(comm->message, sizeof(comm->message), "%s: hal_comm_abort was called",
                  comm->ops->name);
     }
+    /* The bootstrap and engine are set by the init (possibly still running on its thread);
+     * aborting the bootstrap unblocks a rendezvous in progress. Under the lock: see PUBLISH. */
+    if (comm->bootstrap)
+        hal_bootstrap_abort(comm->bootstrap);
+    if (comm->engine)
+        hal_engine_abort(comm->engine);
     pthread_mutex_unlock(&comm->lock);
-    /* The bootstrap and engine are set by the init (possibly still running on its thread):
-     * aborting the bootstrap unblocks a rendezvous in progress. */
-    hal_bootstrap_t *b = __atomic_load_n(&comm->bootstrap, __ATOMIC_ACQUIRE);
-    hal_engine_comm_t *e = __atomic_load_n(&comm->engine, __ATOMIC_ACQUIRE);
-    if (b)
-        hal_bootstrap_abort(b);
-    if (e)
-        hal_engine_abort(e);
     if (comm->native && comm->ops->comm_abort)
         comm->ops->comm_abort(comm->native);
 }
