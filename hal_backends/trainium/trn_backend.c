@@ -1,0 +1,197 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Trainium backend: entry point, ops table, and the runtime's lifetime (nrt_init at backend
+ * init, nrt_close at fini). The runtime is process-wide state: one initialised backend
+ * instance per process owns it. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hal_backends/trainium/trn_internal.h"
+
+/* Records a failure detail through the host services. The services only take a format, so the
+ * detail is formatted here and passed through "%s". */
+void trn_set_error(const trn_backend_t *backend, const char *fmt, ...)
+{
+    const hal_host_services_t *host = backend != NULL ? backend->host : NULL;
+    if (host == NULL ||
+        host->struct_size < offsetof(hal_host_services_t, set_error) + sizeof(host->set_error) ||
+        host->set_error == NULL)
+        return;
+    char buf[TRN_MSG_MAX + 128];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    host->set_error("%s", buf);
+}
+
+static hal_status_t trn_init(const hal_host_services_t *host, void **out)
+{
+    trn_backend_t *backend = calloc(1, sizeof(*backend));
+    if (backend == NULL) {
+        trn_backend_t tmp = { .host = host };
+        trn_set_error(&tmp, "calloc(%zu) failed for the backend object", sizeof(*backend));
+        return HAL_ERROR_OUT_OF_HOST_MEMORY;
+    }
+    backend->host = host;
+    char msg[TRN_MSG_MAX + 128];
+    hal_status_t st = trn_nrt_load(&backend->nrt, msg, sizeof(msg));
+    if (st != HAL_OK) {
+        trn_set_error(backend, "%s", msg);
+        goto out_free;
+    }
+    trn_nrt_t *nrt = &backend->nrt;
+
+    NRT_STATUS rc = nrt->init(NRT_FRAMEWORK_TYPE_PYTORCH, "", "");
+    if (rc != NRT_SUCCESS) {
+        st = trn_status_format(nrt, rc, TRN_OP_OTHER, msg, sizeof(msg),
+                               "nrt_init(NRT_FRAMEWORK_TYPE_PYTORCH) of %s", nrt->path);
+        if (rc == NRT_FAILURE)
+            trn_set_error(backend,
+                          "%s (NeuronCores are owned exclusively by one process: another process, "
+                          "or another instance of this backend, may hold them; "
+                          "NEURON_RT_VISIBLE_CORES or NEURON_RT_NUM_CORES choose which cores this "
+                          "process takes)",
+                          msg);
+        else
+            trn_set_error(backend, "%s", msg);
+        goto out_unload;
+    }
+
+    uint32_t count = 0;
+    rc = nrt->get_visible_vnc_count(&count);
+    if (rc != NRT_SUCCESS) {
+        st =
+            trn_status_format(nrt, rc, TRN_OP_OTHER, msg, sizeof(msg), "nrt_get_visible_vnc_count");
+        trn_set_error(backend, "%s", msg);
+        goto out_close;
+    }
+    backend->device_count = count;
+
+    /* Instance facts only name devices and size a fallback; their absence is not an error. */
+    memset(&backend->instance, 0, sizeof(backend->instance));
+    backend->have_instance =
+        nrt->get_instance_info(&backend->instance, sizeof(backend->instance)) == NRT_SUCCESS;
+    uint32_t total = 0;
+    if (nrt->get_total_vnc_count(&total) == NRT_SUCCESS)
+        backend->total_vnc = total;
+    *out = backend;
+    return HAL_OK;
+
+out_close:
+    nrt->close();
+out_unload:
+    trn_nrt_unload(&backend->nrt);
+out_free:
+    free(backend);
+    return st;
+}
+
+/* Called after the core closed every device (so every stream worker has been joined and every
+ * tensor freed). */
+static void trn_fini(void *backend_)
+{
+    trn_backend_t *backend = backend_;
+    backend->nrt.close();
+    trn_nrt_unload(&backend->nrt);
+    free(backend);
+}
+
+static hal_status_t trn_device_count(void *backend, uint32_t *count)
+{
+    *count = ((trn_backend_t *)backend)->device_count;
+    return HAL_OK;
+}
+
+static const hal_backend_ops_t trn_ops = {
+    .struct_size = sizeof(hal_backend_ops_t),
+    .api_version = HAL_API_VERSION,
+    .name = TRN_BACKEND_NAME,
+    .device_type_name = TRN_DEVICE_TYPE,
+    .init = trn_init,
+    .fini = trn_fini,
+    .device_count = trn_device_count,
+    .device_open = trn_device_open,
+    .device_close = trn_device_close,
+    .device_get_properties = trn_device_get_properties,
+    .device_synchronize = trn_device_synchronize,
+    .device_get_native_handle = trn_device_get_native_handle,
+    .device_get_free_memory = trn_device_get_free_memory,
+    .mem_alloc = trn_mem_alloc,
+    .mem_free = trn_mem_free,
+    .memcpy_async = trn_memcpy_async,
+    .memset_async = trn_memset_async,
+    .stream_create = trn_stream_create,
+    .stream_destroy = trn_stream_destroy,
+    .stream_query = trn_stream_query,
+    .stream_synchronize = trn_stream_synchronize,
+    .stream_wait_event = trn_stream_wait_event,
+    .stream_add_callback = trn_stream_add_callback,
+    .stream_get_native_handle = trn_stream_get_native_handle,
+    .event_create = trn_event_create,
+    .event_destroy = trn_event_destroy,
+    .event_record = trn_event_record,
+    .event_query = trn_event_query,
+    .event_synchronize = trn_event_synchronize,
+    .event_elapsed_ms = trn_event_elapsed_ms,
+    .event_get_native_handle = trn_event_get_native_handle,
+    /* NULL: the core frees from a host callback in stream order, which is all this backend
+     * could do too (nrt_tensor_free is synchronous). */
+    .mem_free_async = NULL,
+
+    /* ---- 1.1 ---- */
+    .stream_launch_host_fn = trn_stream_launch_host_fn,
+    /* No HAL_DEVICE_CAP_IPC: libnrt 2.30 has no way to map one process's tensor into another
+     * (nrt_get_dmabuf_fd exports for NICs, not for other runtime instances). */
+    .mem_ipc_export = NULL,
+    .mem_ipc_open = NULL,
+    .mem_ipc_close = NULL,
+
+    /* SEAM: native Neuron collectives (NeuronLink / EFA through libnccom).
+     *
+     * These slots stay NULL, so the HAL's host-staged collectives serve this backend: the
+     * core copies each buffer into pinned memory on the stream, reduces on the host and calls
+     * stream_launch_host_fn to keep stream order. A native implementation plugs in here, slot
+     * by slot, without touching anything else:
+     *   comm_init      nrt_cc_global_comm_init(vnc, rank, nranks), once the ranks agreed on
+     *                  the runtime's rendezvous address (NEURON_RT_ROOT_COMM_ID, rank 0's
+     *                  ip:port) through args->broadcast;
+     *   allreduce, allgather, reduce_scatter
+     *                  nrta_cc_prepare + nrta_cc_schedule on the collectives execution unit
+     *                  over the allocations' tensors (hal_backend_ptr_t.cookie + offset, via
+     *                  nrt_tensor_allocate_slice), completion polled with nrta_is_completed
+     *                  from the stream's worker;
+     *   broadcast, reduce, alltoall, send, recv
+     *                  no host-driven runtime call exists in libnrt 2.30: keep them NULL (the
+     *                  host implementation serves them) or build them from the three above;
+     *   capability     set HAL_DEVICE_CAP_NATIVE_COLLECTIVES in trn_device_get_properties.
+     * It needs Trainium hardware (the emulator has no collectives) and the runtime's async API
+     * (nrt_async.h), which changed between SDK 2.28 and 2.29: gate it on the version found. */
+    .comm_init = NULL,
+    .comm_destroy = NULL,
+    .comm_abort = NULL,
+    .comm_get_async_error = NULL,
+    .comm_get_native_handle = NULL,
+    .allreduce = NULL,
+    .broadcast = NULL,
+    .reduce = NULL,
+    .allgather = NULL,
+    .reduce_scatter = NULL,
+    .alltoall = NULL,
+    .send = NULL,
+    .recv = NULL,
+    .group_begin = NULL,
+    .group_end = NULL,
+};
+
+/* The backend's one exported symbol: hands the loader the static ops table, if the loader speaks
+ * the same major ABI version. */
+HAL_BACKEND_EXPORT hal_status_t hal_backend_get_ops(uint32_t host_api_version,
+                                                    const hal_backend_ops_t **ops)
+{
+    if (HAL_VERSION_MAJOR(host_api_version) != HAL_API_VERSION_MAJOR)
+        return HAL_ERROR_VERSION_MISMATCH;
+    *ops = &trn_ops;
+    return HAL_OK;
+}

@@ -1,0 +1,285 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Trainium backend: devices. A device is one visible logical NeuronCore; its index is the
+ * runtime's vnc, relative to the set the process owns (NEURON_RT_VISIBLE_CORES=4-5 gives
+ * devices 0 and 1). Properties come from nrt_get_instance_info and nrt_get_vnc_memory_stats.
+ *
+ * Device loss is sticky: after a hardware error the core reports HAL_ERROR_DEVICE_LOST from
+ * allocations and from every one of its streams until the backend is closed. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hal_backends/trainium/trn_internal.h"
+
+/* ---- naming -------------------------------------------------------------------------------- */
+
+/* Instance family prefix ("trn1") and the NeuronCore generation of its chips. */
+static void family_names(uint32_t family, const char **prefix, const char **core)
+{
+    *prefix = NULL;
+    *core = "NeuronCore";
+    switch (family) {
+    case NRT_INSTANCE_INF1:
+        *prefix = "inf1";
+        *core = "NeuronCore-v1";
+        break;
+    case NRT_INSTANCE_TRN1:
+        *prefix = "trn1";
+        *core = "NeuronCore-v2";
+        break;
+    case NRT_INSTANCE_TRN1N:
+        *prefix = "trn1n";
+        *core = "NeuronCore-v2";
+        break;
+    case NRT_INSTANCE_INF2:
+        *prefix = "inf2";
+        *core = "NeuronCore-v2";
+        break;
+    case NRT_INSTANCE_INF2E:
+        *prefix = "inf2e";
+        *core = "NeuronCore-v2";
+        break;
+    case NRT_INSTANCE_TRN2:
+        *prefix = "trn2";
+        *core = "NeuronCore-v3";
+        break;
+    case NRT_INSTANCE_TRN2N:
+        *prefix = "trn2n";
+        *core = "NeuronCore-v3";
+        break;
+    case NRT_INSTANCE_TRN2P:
+        *prefix = "trn2p";
+        *core = "NeuronCore-v3";
+        break;
+    case NRT_INSTANCE_TRN2U:
+        *prefix = "trn2u";
+        *core = "NeuronCore-v3";
+        break;
+    case NRT_INSTANCE_TRN2E:
+        *prefix = "trn2e";
+        *core = "NeuronCore-v3";
+        break;
+    case NRT_INSTANCE_TRN2EU:
+        *prefix = "trn2eu";
+        *core = "NeuronCore-v3";
+        break;
+    case NRT_INSTANCE_TRN2AC:
+        *prefix = "trn2ac";
+        *core = "NeuronCore-v3";
+        break;
+    case NRT_INSTANCE_TRN2UAC:
+        *prefix = "trn2uac";
+        *core = "NeuronCore-v3";
+        break;
+    case NRT_INSTANCE_TRN3:
+    case NRT_INSTANCE_TRN3PDS98:
+        *prefix = "trn3";
+        *core = "NeuronCore-v4";
+        break;
+    default:
+        break;
+    }
+}
+
+static const char *size_name(uint32_t size)
+{
+    static const char *const names[] = {
+        [NRT_INSTANCE_SIZE_1XL] = "xlarge",    [NRT_INSTANCE_SIZE_2XL] = "2xlarge",
+        [NRT_INSTANCE_SIZE_4XL] = "4xlarge",   [NRT_INSTANCE_SIZE_6XL] = "6xlarge",
+        [NRT_INSTANCE_SIZE_8XL] = "8xlarge",   [NRT_INSTANCE_SIZE_24XL] = "24xlarge",
+        [NRT_INSTANCE_SIZE_32XL] = "32xlarge", [NRT_INSTANCE_SIZE_48XL] = "48xlarge",
+        [NRT_INSTANCE_SIZE_3XL] = "3xlarge",
+    };
+    return size < sizeof(names) / sizeof(names[0]) ? names[size] : NULL;
+}
+
+/* "NeuronCore-v2 (trn1.32xlarge) 0". */
+static void device_name(const trn_device_t *device, char *out, size_t size)
+{
+    const trn_backend_t *b = device->backend;
+    const char *prefix = NULL, *core = "NeuronCore", *sz = NULL;
+    if (b->have_instance) {
+        family_names(b->instance.family, &prefix, &core);
+        sz = size_name(b->instance.size);
+        if (prefix == NULL && b->instance.arch_name[0] != '\0')
+            prefix = b->instance.arch_name; /* a family newer than these declarations */
+    }
+    if (prefix != NULL && sz != NULL)
+        snprintf(out, size, "%s (%.16s.%s) %u", core, prefix, sz, device->index);
+    else if (prefix != NULL)
+        snprintf(out, size, "%s (%.16s) %u", core, prefix, device->index);
+    else
+        snprintf(out, size, "%s %u", core, device->index);
+}
+
+/* Device memory per logical core when the runtime does not report it: the instance's HBM
+ * (chips x HBM per chip) shared equally by its logical cores. 0 if unknown. */
+static uint64_t fallback_memory(const trn_backend_t *b)
+{
+    if (!b->have_instance || b->total_vnc == 0)
+        return 0;
+    const uint64_t gib = UINT64_C(1) << 30;
+    uint64_t per_chip = 0, chips = 0;
+    const char *prefix, *core;
+    family_names(b->instance.family, &prefix, &core);
+    if (strcmp(core, "NeuronCore-v2") == 0)
+        per_chip = 32 * gib;
+    else if (strcmp(core, "NeuronCore-v3") == 0)
+        per_chip = 96 * gib;
+    else if (strcmp(core, "NeuronCore-v4") == 0)
+        per_chip = 144 * gib;
+    switch (b->instance.size) {
+    case NRT_INSTANCE_SIZE_1XL:
+    case NRT_INSTANCE_SIZE_2XL:
+    case NRT_INSTANCE_SIZE_3XL:
+    case NRT_INSTANCE_SIZE_8XL:
+        chips = 1;
+        break;
+    case NRT_INSTANCE_SIZE_24XL:
+        chips = 6;
+        break;
+    case NRT_INSTANCE_SIZE_32XL:
+    case NRT_INSTANCE_SIZE_48XL:
+        chips = b->instance.family == NRT_INSTANCE_INF2 ? 12 : 16;
+        break;
+    default:
+        break;
+    }
+    return per_chip * chips / b->total_vnc;
+}
+
+/* ---- open / close -------------------------------------------------------------------------- */
+
+hal_status_t trn_device_open(void *backend_, uint32_t index, void **out)
+{
+    trn_backend_t *backend = backend_;
+    trn_device_t *device = calloc(1, sizeof(*device));
+    if (device == NULL) {
+        trn_set_error(backend, "calloc(%zu) failed for NeuronCore %u", sizeof(*device), index);
+        return HAL_ERROR_OUT_OF_HOST_MEMORY;
+    }
+    device->backend = backend;
+    device->index = index;
+    atomic_init(&device->lost, false);
+
+    nrt_vnc_memory_stats_t stats = { 0, 0 };
+    size_t got = 0;
+    NRT_STATUS rc = backend->nrt.get_vnc_memory_stats(index, &stats, sizeof(stats), &got);
+    if (rc == NRT_SUCCESS &&
+        got >= offsetof(nrt_vnc_memory_stats_t, bytes_limit) + sizeof(stats.bytes_limit) &&
+        stats.bytes_limit > 0)
+        device->total_memory = stats.bytes_limit;
+    else
+        device->total_memory = fallback_memory(backend);
+
+    hal_status_t st = trn_sched_init(&device->sched, TRN_DEVICE_SLOTS);
+    if (st != HAL_OK) {
+        trn_set_error(backend, "pthread_mutex_init failed for the scheduler of NeuronCore %u",
+                      index);
+        goto out_free;
+    }
+    if (pthread_mutex_init(&device->streams_lock, NULL) != 0) {
+        trn_set_error(backend, "pthread_mutex_init failed for NeuronCore %u", index);
+        st = HAL_ERROR_OUT_OF_HOST_MEMORY;
+        goto out_destroy_sched;
+    }
+    *out = device;
+    return HAL_OK;
+
+out_destroy_sched:
+    trn_sched_destroy(&device->sched);
+out_free:
+    free(device);
+    return st;
+}
+
+void trn_device_close(void *device_)
+{
+    trn_device_t *device = device_;
+    pthread_mutex_destroy(&device->streams_lock);
+    trn_sched_destroy(&device->sched);
+    free(device);
+}
+
+/* ---- queries ------------------------------------------------------------------------------- */
+
+/* Writes a field only if it lies inside the caller's struct_size. */
+#define TRN_PROPS_HAS(props, field) \
+    ((props)->struct_size >= offsetof(hal_device_properties_t, field) + sizeof((props)->field))
+
+hal_status_t trn_device_get_properties(void *device_, hal_device_properties_t *props)
+{
+    trn_device_t *device = device_;
+    if (TRN_PROPS_HAS(props, name))
+        device_name(device, props->name, sizeof(props->name));
+    if (TRN_PROPS_HAS(props, vendor))
+        snprintf(props->vendor, sizeof(props->vendor), "AWS");
+    if (TRN_PROPS_HAS(props, index))
+        props->index = device->index;
+    if (TRN_PROPS_HAS(props, host_addressable))
+        props->host_addressable = 0;
+    if (TRN_PROPS_HAS(props, total_memory))
+        props->total_memory = device->total_memory;
+    /* PEER_COPY: device-to-device copies across cores are staged through host memory (the
+     * runtime's nrt_tensor_copy only copies within one core). */
+    if (TRN_PROPS_HAS(props, capabilities))
+        props->capabilities =
+            HAL_DEVICE_CAP_TIMING_EVENTS | HAL_DEVICE_CAP_HOST_CALLBACKS | HAL_DEVICE_CAP_PEER_COPY;
+    if (TRN_PROPS_HAS(props, stream_priority_least))
+        props->stream_priority_least = TRN_PRIORITY_LEAST;
+    if (TRN_PROPS_HAS(props, stream_priority_greatest))
+        props->stream_priority_greatest = TRN_PRIORITY_GREATEST;
+    if (TRN_PROPS_HAS(props, alignment))
+        props->alignment = TRN_MIN_ALIGNMENT;
+    return HAL_OK;
+}
+
+/* The native handle is the runtime's core index (the vnc argument of nrt_tensor_allocate). */
+hal_status_t trn_device_get_native_handle(void *device, uintptr_t *native)
+{
+    *native = ((trn_device_t *)device)->index;
+    return HAL_OK;
+}
+
+hal_status_t trn_device_get_free_memory(void *device_, uint64_t *free_bytes)
+{
+    trn_device_t *device = device_;
+    trn_backend_t *backend = device->backend;
+    nrt_vnc_memory_stats_t stats = { 0, 0 };
+    size_t got = 0;
+    NRT_STATUS rc = backend->nrt.get_vnc_memory_stats(device->index, &stats, sizeof(stats), &got);
+    if (rc != NRT_SUCCESS) {
+        char msg[TRN_MSG_MAX];
+        hal_status_t st = trn_status_format(&backend->nrt, rc, TRN_OP_OTHER, msg, sizeof(msg),
+                                            "nrt_get_vnc_memory_stats(vnc %u)", device->index);
+        trn_set_error(backend, "%s", msg);
+        return st;
+    }
+    uint64_t limit = stats.bytes_limit > 0 ? stats.bytes_limit : device->total_memory;
+    *free_bytes = stats.bytes_used < limit ? limit - stats.bytes_used : 0;
+    return HAL_OK;
+}
+
+/* ---- loss ---------------------------------------------------------------------------------- */
+
+void trn_device_mark_lost(trn_device_t *device, const char *why)
+{
+    char msg[TRN_MSG_MAX + 64];
+    pthread_mutex_lock(&device->streams_lock);
+    if (!atomic_load_explicit(&device->lost, memory_order_relaxed)) {
+        snprintf(device->lost_msg, sizeof(device->lost_msg), "%s", why);
+        atomic_store_explicit(&device->lost, true, memory_order_release);
+    }
+    snprintf(msg, sizeof(msg), "NeuronCore %u is lost: %s", device->index, device->lost_msg);
+    for (trn_stream_t *s = device->streams; s != NULL; s = s->dev_next)
+        trn_stream_latch(s, HAL_ERROR_DEVICE_LOST, msg);
+    pthread_mutex_unlock(&device->streams_lock);
+}
+
+hal_status_t trn_device_check_lost(trn_device_t *device)
+{
+    if (!atomic_load_explicit(&device->lost, memory_order_acquire))
+        return HAL_OK;
+    trn_set_error(device->backend, "NeuronCore %u is lost: %s", device->index, device->lost_msg);
+    return HAL_ERROR_DEVICE_LOST;
+}

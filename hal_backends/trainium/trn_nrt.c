@@ -1,0 +1,148 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Trainium backend: finding and loading the Neuron runtime (libnrt.so.1) with dlopen and
+ * resolving the functions the backend calls. Nothing is linked against libnrt, so the backend
+ * loads on any machine and says precisely what is missing where the runtime is absent or too
+ * old.
+ *
+ * Search order: $HAL_NEURON_LIBNRT (a file path; when set, nothing else is tried, so a typo
+ * fails loudly instead of silently picking up another runtime), then the path the
+ * aws-neuronx-runtime-lib package installs to, then the dynamic loader's search path. */
+#include <dlfcn.h>
+#include <link.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hal_backends/trainium/trn_internal.h"
+
+typedef struct trn_nrt_symbol {
+    const char *name;
+    size_t offset; /* of the function pointer in trn_nrt_t */
+} trn_nrt_symbol_t;
+
+#define TRN_SYM(field, symbol)             \
+    {                                      \
+        symbol, offsetof(trn_nrt_t, field) \
+    }
+
+static const trn_nrt_symbol_t trn_nrt_symbols[] = {
+    TRN_SYM(get_status_as_str, "nrt_get_status_as_str"),
+    TRN_SYM(init, "nrt_init"),
+    TRN_SYM(close, "nrt_close"),
+    TRN_SYM(get_instance_info, "nrt_get_instance_info"),
+    TRN_SYM(get_visible_vnc_count, "nrt_get_visible_vnc_count"),
+    TRN_SYM(get_total_vnc_count, "nrt_get_total_vnc_count"),
+    TRN_SYM(get_vnc_memory_stats, "nrt_get_vnc_memory_stats"),
+    TRN_SYM(tensor_allocate, "nrt_tensor_allocate"),
+    TRN_SYM(tensor_allocate_slice, "nrt_tensor_allocate_slice"),
+    TRN_SYM(tensor_free, "nrt_tensor_free"),
+    TRN_SYM(tensor_get_va, "nrt_tensor_get_va"),
+    TRN_SYM(tensor_read, "nrt_tensor_read"),
+    TRN_SYM(tensor_write, "nrt_tensor_write"),
+    TRN_SYM(tensor_copy, "nrt_tensor_copy"),
+    TRN_SYM(tensor_memset, "nrt_tensor_memset"),
+};
+
+#define TRN_NRT_SYMBOL_COUNT (sizeof(trn_nrt_symbols) / sizeof(trn_nrt_symbols[0]))
+
+/* Opens one candidate. On failure appends "<what>: <dlerror>" to the reasons. */
+static void *open_candidate(const char *file, const char *what, char *reasons, size_t size)
+{
+    void *dl = dlopen(file, RTLD_NOW | RTLD_LOCAL);
+    if (dl != NULL)
+        return dl;
+    const char *err = dlerror();
+    size_t used = strlen(reasons);
+    if (used < size)
+        snprintf(reasons + used, size - used, "%s%s: %s", used > 0 ? "; " : "", what,
+                 err != NULL ? err : "dlopen failed");
+    return NULL;
+}
+
+/* Where the dynamic loader found a library opened by SONAME. */
+static void loaded_path(void *dl, const char *fallback, char *out, size_t size)
+{
+    struct link_map *map = NULL;
+    if (dlinfo(dl, RTLD_DI_LINKMAP, &map) == 0 && map != NULL && map->l_name != NULL &&
+        map->l_name[0] != '\0')
+        snprintf(out, size, "%s", map->l_name);
+    else
+        snprintf(out, size, "%s", fallback);
+}
+
+/* Resolves every function; on failure names all the missing ones. */
+static hal_status_t resolve_symbols(trn_nrt_t *nrt, char *msg, size_t msg_size)
+{
+    char missing[TRN_MSG_MAX] = "";
+    size_t used = 0;
+    unsigned count = 0;
+    for (size_t i = 0; i < TRN_NRT_SYMBOL_COUNT; i++) {
+        dlerror();
+        void *sym = dlsym(nrt->dl, trn_nrt_symbols[i].name);
+        if (sym == NULL) {
+            if (used < sizeof(missing)) {
+                int n = snprintf(missing + used, sizeof(missing) - used, "%s%s",
+                                 count > 0 ? ", " : "", trn_nrt_symbols[i].name);
+                used += n > 0 ? (size_t)n : 0;
+            }
+            count++;
+            continue;
+        }
+        /* Function pointers and data pointers have the same representation on every platform
+         * dlsym works on (POSIX requires it). */
+        memcpy((char *)nrt + trn_nrt_symbols[i].offset, &sym, sizeof(sym));
+    }
+    if (count == 0)
+        return HAL_OK;
+    snprintf(msg, msg_size,
+             "libnrt.so.1 at %s lacks %s (%u of the %zu functions the backend needs; it was "
+             "written against libnrt " TRN_NRT_PINNED_LIBNRT " of Neuron SDK " TRN_NRT_PINNED_SDK
+             ")",
+             nrt->path, missing, count, TRN_NRT_SYMBOL_COUNT);
+    return HAL_ERROR_NOT_FOUND;
+}
+
+hal_status_t trn_nrt_load(trn_nrt_t *nrt, char *msg, size_t msg_size)
+{
+    memset(nrt, 0, sizeof(*nrt));
+    char reasons[TRN_MSG_MAX] = "";
+    const char *env = getenv(TRN_ENV_LIBNRT);
+    if (env != NULL && env[0] != '\0') {
+        nrt->dl = open_candidate(env, TRN_ENV_LIBNRT, reasons, sizeof(reasons));
+        if (nrt->dl == NULL) {
+            snprintf(msg, msg_size, "cannot load libnrt.so.1 from %s=%s (%s)", TRN_ENV_LIBNRT, env,
+                     reasons);
+            return HAL_ERROR_NOT_FOUND;
+        }
+        snprintf(nrt->path, sizeof(nrt->path), "%s", env);
+    } else {
+        nrt->dl =
+            open_candidate(TRN_LIBNRT_INSTALLED, TRN_LIBNRT_INSTALLED, reasons, sizeof(reasons));
+        if (nrt->dl != NULL) {
+            snprintf(nrt->path, sizeof(nrt->path), "%s", TRN_LIBNRT_INSTALLED);
+        } else {
+            nrt->dl = open_candidate(TRN_LIBNRT_SONAME, "loader path", reasons, sizeof(reasons));
+            if (nrt->dl == NULL) {
+                snprintf(msg, msg_size,
+                         "the Neuron runtime libnrt.so.1 was not found (%s); install "
+                         "aws-neuronx-runtime-lib or set %s to the library's path",
+                         reasons, TRN_ENV_LIBNRT);
+                return HAL_ERROR_NOT_FOUND;
+            }
+            loaded_path(nrt->dl, TRN_LIBNRT_SONAME, nrt->path, sizeof(nrt->path));
+        }
+    }
+    hal_status_t st = resolve_symbols(nrt, msg, msg_size);
+    if (st != HAL_OK) {
+        dlclose(nrt->dl);
+        nrt->dl = NULL;
+    }
+    return st;
+}
+
+void trn_nrt_unload(trn_nrt_t *nrt)
+{
+    if (nrt->dl != NULL)
+        dlclose(nrt->dl);
+    nrt->dl = NULL;
+}
