@@ -63,8 +63,17 @@ test-asan: deps
 test-tsan: deps
 	$(call bazel_test,tsan,$(SANITIZED),--config=tsan)
 
+# For BACKEND=trainium without a real Neuron runtime (no HAL_NEURON_LIBNRT and nothing in
+# /opt/aws/neuron/lib), the libnrt emulator is built and used, on two emulated NeuronCores.
+NEURON_RUNTIME := /opt/aws/neuron/lib/libnrt.so.1
 conformance: deps
 	$(BAZEL) build //conformance:hal_conformance //hal_backends/$(BACKEND):libhal_backend_$(BACKEND).so
+	@if [ "$(BACKEND)" = trainium ] && [ -z "$$HAL_NEURON_LIBNRT" ] && [ ! -e $(NEURON_RUNTIME) ]; then \
+	  $(BAZEL) build //hal_backends/trainium/emulator:libnrt.so.1 && \
+	  echo "conformance: no Neuron runtime found; using the libnrt emulator on 2 NeuronCores"; \
+	  export HAL_NEURON_LIBNRT=$$PWD/bazel-bin/hal_backends/trainium/emulator/libnrt.so.1; \
+	  export NEURON_RT_NUM_CORES=$${NEURON_RT_NUM_CORES:-2}; \
+	fi; \
 	HAL_BACKEND_PATH=$$PWD/bazel-bin/hal_backends/$(BACKEND) \
 	  ./bazel-bin/conformance/hal_conformance --backend=$(BACKEND) $(CONFORMANCE_ARGS)
 
