@@ -1,0 +1,44 @@
+// SPDX-License-Identifier: Apache-2.0
+// Autocast for the device: the op lists and cast policies CUDA uses, with bfloat16 as the
+// default lower-precision type (torch.autocast("<device>") casts matmuls to bf16 and keeps
+// reductions, norms, losses and softmax in fp32).
+#include <ATen/autocast_mode.h>
+#include <torch/library.h>
+
+#include "runtime/Register.h"
+
+namespace torch_hal
+{
+
+void registerAutocast()
+{
+    // Operators without a policy run unchanged.
+    static auto *fallthrough = new torch::Library(
+        torch::Library::IMPL, "_", c10::DispatchKey::AutocastPrivateUse1, __FILE__, __LINE__);
+    fallthrough->fallback(torch::CppFunction::makeFallthrough());
+
+    static auto *lib = new torch::Library(
+        torch::Library::IMPL, "aten", c10::DispatchKey::AutocastPrivateUse1, __FILE__, __LINE__);
+    torch::Library &m = *lib; // the KERNEL_* macros register into `m`...
+    using namespace at;       // ...and name ATen types unqualified
+
+#define TORCH_HAL_LOWER_PRECISION_FP(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, lower_precision_fp)
+    AT_FORALL_LOWER_PRECISION_FP(TORCH_HAL_LOWER_PRECISION_FP)
+#define TORCH_HAL_FP32(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, fp32)
+    AT_FORALL_FP32(TORCH_HAL_FP32)
+#define TORCH_HAL_FP32_SET_OPT_DTYPE(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, fp32_set_opt_dtype)
+    AT_FORALL_FP32_SET_OPT_DTYPE(TORCH_HAL_FP32_SET_OPT_DTYPE)
+    AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE(KERNEL_DIFFERENT_REDISPATCH_SIGNATURE_PRIVATEUSEONE)
+#define TORCH_HAL_PROMOTE(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, promote)
+    AT_FORALL_PROMOTE(TORCH_HAL_PROMOTE)
+#undef TORCH_HAL_LOWER_PRECISION_FP
+#undef TORCH_HAL_FP32
+#undef TORCH_HAL_FP32_SET_OPT_DTYPE
+#undef TORCH_HAL_PROMOTE
+
+    // PyTorch's default for PrivateUse1 is float16. The setting is thread-local: this sets it
+    // for the thread that loads torch_hal (normally the main thread).
+    at::autocast::set_autocast_dtype(c10::DeviceType::PrivateUse1, at::kBFloat16);
+}
+
+} // namespace torch_hal

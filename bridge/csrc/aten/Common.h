@@ -1,0 +1,51 @@
+// SPDX-License-Identifier: Apache-2.0
+// Helpers shared by the native kernels (Ops.cpp) and the CPU fallback (Fallback.cpp).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+#include <c10/core/Storage.h>
+
+#include <cstdint>
+
+#include "runtime/Runtime.h"
+
+namespace torch_hal
+{
+
+inline bool isDeviceTensor(const at::Tensor &t)
+{
+    return t.defined() && t.device().type() == kDeviceType;
+}
+
+// A device tensor viewing `storage` with the given geometry (no data is touched).
+at::Tensor wrapDeviceStorage(c10::Storage storage, c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                             int64_t storage_offset, caffe2::TypeMeta dtype,
+                             c10::DispatchKeySet keys = c10::DispatchKeySet(kDeviceKey));
+
+// Bytes of storage a strided tensor spans, from its first element; 0 when it is empty.
+size_t spanBytes(const at::Tensor &t);
+
+// Runs the operator's CPU kernel for device tensors (the boxed fallback of every operator
+// torch_hal has no native kernel for). Host-addressable devices: CPU tensors alias the device
+// memory and outputs allocated by the kernel are adopted without copies. Others: inputs are
+// staged through pinned host memory and results copied back. In-place, out= and view
+// semantics are kept exactly.
+void cpuFallback(const c10::OperatorHandle &op, torch::jit::Stack *stack);
+
+// Counters of what the fallback did (exposed as torch_hal._C._fallback_stats()).
+struct FallbackStats {
+    uint64_t calls;            // fallback invocations
+    uint64_t in_place_calls;   // ... run on aliased device memory (host-addressable)
+    uint64_t staged_calls;     // ... run on host copies
+    uint64_t outputs_adopted;  // outputs allocated in device memory by the CPU kernel
+    uint64_t outputs_aliased;  // outputs that are views of an input's device storage
+    uint64_t outputs_copied;   // outputs copied to the device afterwards
+    uint64_t bytes_staged_in;  // device -> host bytes
+    uint64_t bytes_staged_out; // host -> device bytes
+};
+FallbackStats fallbackStats();
+void resetFallbackStats();
+
+} // namespace torch_hal

@@ -1,0 +1,682 @@
+// SPDX-License-Identifier: Apache-2.0
+// The boxed fallback: every operator without a native torch_hal kernel runs its CPU kernel.
+//
+// Host-addressable devices (device_properties.host_addressable): each device storage an
+// argument uses gets a CPU storage that aliases the same bytes, and CPU tensors with the
+// arguments' exact geometry are built on it. The kernel then works on device memory in place;
+// outputs that view an input become device views of that input's storage, and outputs the
+// kernel allocates come from the device allocator (CPU allocations of this thread are routed
+// to the device while the kernel runs) and are adopted without a copy.
+//
+// Other devices: the bytes of each storage an argument uses are staged into pinned host
+// memory (the referenced range; the whole storage when the operator writes to it), the kernel
+// runs on the host copies, written ranges are copied back and fresh outputs are copied to the
+// device. Views of inputs are still returned as device views.
+//
+// Either way in-place, out= (including resizes) and view semantics match the CPU kernel's.
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/Generator.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/core/StorageImpl.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <set>
+#include <unordered_map>
+#include <vector>
+
+#include "aten/Common.h"
+#include "runtime/Allocator.h"
+#include "runtime/Register.h"
+
+namespace torch_hal
+{
+namespace
+{
+
+struct Counters {
+    std::atomic<uint64_t> calls{ 0 }, in_place_calls{ 0 }, staged_calls{ 0 }, outputs_adopted{ 0 },
+        outputs_aliased{ 0 }, outputs_copied{ 0 }, bytes_staged_in{ 0 }, bytes_staged_out{ 0 };
+};
+Counters g_counters;
+
+constexpr size_t kNoRange = SIZE_MAX;
+
+// A device storage used by the arguments, and the CPU storage the kernel sees instead.
+struct Mirror {
+    c10::Storage device;
+    c10::Storage cpu;
+    c10::DeviceIndex index = -1;
+    size_t begin = 0;     // byte offset of the CPU storage's first byte in the device storage
+    bool written = false; // a mutable argument uses it
+    size_t lo = kNoRange, hi = 0;   // bytes the arguments span (device storage offsets)
+    size_t wlo = kNoRange, whi = 0; // bytes the mutable arguments span
+    const void *cpu_data = nullptr; // to detect kernels that resized the storage
+    size_t cpu_nbytes = 0;
+};
+
+// One device tensor argument (or list element) and its CPU stand-in.
+struct Ref {
+    size_t arg;
+    bool write;
+    at::Tensor device;
+    at::Tensor cpu;
+    size_t mirror;
+};
+
+bool isGeneratorArgument(const c10::Argument &argument)
+{
+    const c10::TypePtr &type = argument.real_type();
+    if (type->kind() == c10::TypeKind::GeneratorType)
+        return true;
+    if (auto optional = type->cast<c10::OptionalType>())
+        return optional->getElementType()->kind() == c10::TypeKind::GeneratorType;
+    return false;
+}
+
+void extend(size_t &lo, size_t &hi, size_t from, size_t to)
+{
+    lo = std::min(lo, from);
+    hi = std::max(hi, to);
+}
+
+class FallbackCall
+{
+  public:
+    FallbackCall(const c10::OperatorHandle &op, torch::jit::Stack *stack)
+        : op_(op), schema_(op.schema()), stack_(stack)
+    {
+        const auto &name = schema_.operator_name().name;
+        // Copies may legitimately mix devices; every other operator must not.
+        multi_device_ = name == "aten::copy_" || name == "aten::_copy_from" ||
+                        name == "aten::_copy_from_and_resize";
+    }
+
+    void run()
+    {
+        g_counters.calls++;
+        collectArguments();
+        in_place_ = !devices_.empty();
+        for (c10::DeviceIndex d : devices_)
+            in_place_ = in_place_ && hostAddressable(d);
+        (in_place_ ? g_counters.in_place_calls : g_counters.staged_calls)++;
+        setUpMirrors();
+        substituteArguments();
+        try {
+            runCpuKernel();
+        } catch (...) {
+            restoreGenerators();
+            throw;
+        }
+        restoreGenerators();
+        writeBackMutations();
+        convertReturns();
+        finishCopies();
+    }
+
+  private:
+    const c10::OperatorHandle &op_;
+    const c10::FunctionSchema &schema_;
+    torch::jit::Stack *stack_;
+    bool multi_device_ = false;
+    bool in_place_ = false;
+    size_t args_begin_ = 0;
+    c10::DeviceIndex target_ = -1; // device of the results
+    std::set<c10::DeviceIndex> devices_;
+    std::vector<c10::IValue> original_args_;
+    std::vector<Ref> refs_;
+    std::vector<Mirror> mirrors_;
+    std::unordered_map<const c10::StorageImpl *, size_t> mirror_of_device_;
+    std::unordered_map<const c10::StorageImpl *, size_t> mirror_of_cpu_;
+    std::unordered_map<const c10::StorageImpl *, c10::Storage> fresh_outputs_;
+    std::vector<size_t> device_args_;
+    struct GeneratorSwap {
+        at::Generator device;
+        at::Generator cpu;
+        std::unique_lock<std::mutex> lock;
+    };
+    std::vector<GeneratorSwap> generators_;
+    // Random operators without a Generator argument (native_dropout) draw from the CPU
+    // default generator: lend it the device generator's state for the call.
+    bool swap_default_cpu_generator_ = false;
+    at::Generator saved_cpu_state_;
+    std::set<c10::DeviceIndex> pending_copies_; // devices whose current stream has H2D copies
+
+    void addRef(size_t arg, bool write, const at::Tensor &t)
+    {
+        if (!isDeviceTensor(t))
+            return;
+        TORCH_CHECK(t.layout() == c10::kStrided, "torch_hal: ", schema_.operator_name(), " on a ",
+                    t.layout(), " tensor of device '", deviceTypeName(),
+                    "' is not supported (only strided tensors are)");
+        c10::DeviceIndex index = t.device().index();
+        if (target_ < 0)
+            target_ = index;
+        TORCH_CHECK(multi_device_ || index == target_,
+                    "Expected all tensors to be on the same device, but found at least two "
+                    "devices, ",
+                    c10::Device(kDeviceType, target_), " and ", t.device(), "! (in ",
+                    schema_.operator_name(), ")");
+        devices_.insert(index);
+
+        const c10::StorageImpl *impl = t.storage().unsafeGetStorageImpl();
+        auto found = mirror_of_device_.find(impl);
+        size_t m;
+        if (found == mirror_of_device_.end()) {
+            m = mirrors_.size();
+            Mirror mirror;
+            mirror.device = t.storage();
+            mirror.index = index;
+            mirrors_.push_back(std::move(mirror));
+            mirror_of_device_.emplace(impl, m);
+        } else {
+            m = found->second;
+        }
+        Mirror &mirror = mirrors_[m];
+        size_t span = spanBytes(t);
+        if (span > 0) {
+            size_t from = static_cast<size_t>(t.storage_offset()) * t.itemsize();
+            extend(mirror.lo, mirror.hi, from, from + span);
+            if (write)
+                extend(mirror.wlo, mirror.whi, from, from + span);
+        }
+        mirror.written = mirror.written || write;
+        refs_.push_back(Ref{ arg, write, t, at::Tensor(), m });
+    }
+
+    void collectArguments()
+    {
+        const auto &arguments = schema_.arguments();
+        args_begin_ = stack_->size() - arguments.size();
+        original_args_.assign(stack_->begin() + static_cast<std::ptrdiff_t>(args_begin_),
+                              stack_->end());
+        for (size_t i = 0; i < arguments.size(); ++i) {
+            const c10::IValue &v = original_args_[i];
+            const c10::AliasInfo *alias = arguments[i].alias_info();
+            bool write = alias != nullptr && alias->isWrite();
+            if (v.isTensor()) {
+                addRef(i, write, v.toTensor());
+            } else if (v.isTensorList()) {
+                for (const at::Tensor &t : v.toTensorVector())
+                    addRef(i, write, t);
+            } else if (v.isOptionalTensorList()) {
+                for (const auto &t : v.toOptionalTensorVector())
+                    if (t.has_value())
+                        addRef(i, write, *t);
+            } else if (v.isDevice() && v.toDevice().type() == kDeviceType) {
+                device_args_.push_back(i);
+                if (target_ < 0)
+                    target_ = v.toDevice().has_index() ? v.toDevice().index() : currentDevice();
+            }
+        }
+        if (target_ < 0)
+            target_ = currentDevice();
+    }
+
+    void setUpMirrors()
+    {
+        // CPU code is about to read and write device memory: let queued work finish first.
+        for (c10::DeviceIndex d : devices_)
+            synchronizeCurrentStream(d);
+
+        std::set<c10::DeviceIndex> staged_devices;
+        for (size_t m = 0; m < mirrors_.size(); ++m) {
+            Mirror &mirror = mirrors_[m];
+            c10::StorageImpl *dev = mirror.device.unsafeGetStorageImpl();
+            size_t nbytes = dev->nbytes();
+            void *data = const_cast<void *>(dev->data());
+            c10::intrusive_ptr<c10::StorageImpl> cpu;
+            if (in_place_) {
+                cpu = c10::make_intrusive<c10::StorageImpl>(
+                    c10::StorageImpl::use_byte_size_t(), nbytes,
+                    c10::DataPtr(data, c10::Device(c10::DeviceType::CPU)),
+                    deviceBackedCpuAllocator(mirror.index), dev->resizable());
+            } else {
+                // Mutable storages are staged whole, so that a kernel that resizes one (out=)
+                // sees exactly what it would see on CPU; others only over the bytes used.
+                bool whole = mirror.written || mirror.lo == kNoRange;
+                mirror.begin = whole ? 0 : (mirror.lo & ~static_cast<size_t>(63));
+                size_t length = whole ? nbytes : mirror.hi - mirror.begin;
+                c10::DataPtr buffer = hostAllocator()->allocate(length);
+                if (length > 0 && data != nullptr) {
+                    c10::DeviceGuard guard(c10::Device(kDeviceType, mirror.index));
+                    TORCH_HAL_CHECK(hal_memcpy_async(buffer.get(),
+                                                     static_cast<char *>(data) + mirror.begin,
+                                                     length, currentHalStream(mirror.index)));
+                    staged_devices.insert(mirror.index);
+                    g_counters.bytes_staged_in += length;
+                }
+                cpu = c10::make_intrusive<c10::StorageImpl>(
+                    c10::StorageImpl::use_byte_size_t(), length, std::move(buffer), hostAllocator(),
+                    dev->resizable() && whole);
+            }
+            mirror.cpu = c10::Storage(std::move(cpu));
+            mirror.cpu_data = mirror.cpu.data();
+            mirror.cpu_nbytes = mirror.cpu.nbytes();
+            mirror_of_cpu_.emplace(mirror.cpu.unsafeGetStorageImpl(), m);
+        }
+        for (c10::DeviceIndex d : staged_devices)
+            synchronizeCurrentStream(d);
+
+        for (Ref &ref : refs_) {
+            const Mirror &mirror = mirrors_[ref.mirror];
+            const at::Tensor &t = ref.device;
+            // Efficient zero tensors (no data) keep their ZeroTensor key.
+            c10::DispatchKeySet keys(c10::DispatchKey::CPU);
+            if (t._is_zerotensor())
+                keys = keys | c10::DispatchKeySet(c10::DispatchKey::ZeroTensor);
+            auto cpu =
+                at::detail::make_tensor<c10::TensorImpl>(c10::Storage(mirror.cpu), keys, t.dtype());
+            int64_t offset = t.storage_offset() - static_cast<int64_t>(mirror.begin) /
+                                                      static_cast<int64_t>(t.itemsize());
+            cpu.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), offset);
+            if (t.is_conj())
+                cpu._set_conj(true);
+            if (t.is_neg())
+                cpu._set_neg(true);
+            ref.cpu = std::move(cpu);
+        }
+    }
+
+    // Puts the CPU tensors, CPU devices and CPU generators on the stack.
+    void substituteArguments()
+    {
+        const auto &arguments = schema_.arguments();
+        size_t next = 0;
+        for (size_t i = 0; i < arguments.size(); ++i) {
+            c10::IValue &slot = (*stack_)[args_begin_ + i];
+            const c10::IValue &v = original_args_[i];
+            if (v.isTensor()) {
+                if (next < refs_.size() && refs_[next].arg == i)
+                    slot = refs_[next++].cpu;
+            } else if (v.isTensorList()) {
+                std::vector<at::Tensor> list = v.toTensorVector();
+                for (at::Tensor &t : list)
+                    if (isDeviceTensor(t))
+                        t = refs_[next++].cpu;
+                slot = c10::IValue(c10::List<at::Tensor>(list));
+            } else if (v.isOptionalTensorList()) {
+                std::vector<std::optional<at::Tensor>> list = v.toOptionalTensorVector();
+                for (auto &t : list)
+                    if (t.has_value() && isDeviceTensor(*t))
+                        t = refs_[next++].cpu;
+                slot = c10::IValue(c10::List<std::optional<at::Tensor>>(list));
+            } else if (isGeneratorArgument(arguments[i])) {
+                substituteGenerator(slot);
+            }
+        }
+        for (size_t i : device_args_)
+            (*stack_)[args_begin_ + i] = c10::IValue(c10::Device(c10::DeviceType::CPU));
+        if (generators_.empty() && op_.hasTag(at::Tag::nondeterministic_seeded))
+            lendDefaultCpuGenerator();
+    }
+
+    static void copyGeneratorState(const at::Generator &from, const at::Generator &to)
+    {
+        auto *src = from.get<at::CPUGeneratorImpl>();
+        auto *dst = to.get<at::CPUGeneratorImpl>();
+        dst->set_engine(src->engine());
+        dst->set_next_float_normal_sample(src->next_float_normal_sample());
+        dst->set_next_double_normal_sample(src->next_double_normal_sample());
+    }
+
+    // The kernel locks the CPU generator itself, so it is only locked while states move;
+    // another thread drawing CPU random numbers during the call would see the device state.
+    void lendDefaultCpuGenerator()
+    {
+        at::Generator cpu = at::detail::getDefaultCPUGenerator();
+        at::Generator device = defaultGenerator(target_);
+        std::scoped_lock lock(cpu.mutex(), device.mutex());
+        saved_cpu_state_ = at::make_generator<at::CPUGeneratorImpl>();
+        copyGeneratorState(cpu, saved_cpu_state_);
+        copyGeneratorState(device, cpu);
+        swap_default_cpu_generator_ = true;
+    }
+
+    // CPU kernels accept only CPU generators. Run them on a CPU generator that carries the
+    // device generator's state, and copy the state back afterwards (under its lock).
+    void substituteGenerator(c10::IValue &slot)
+    {
+        at::Generator device;
+        if (slot.isNone())
+            device = defaultGenerator(target_);
+        else if (slot.isGenerator() && slot.toGenerator().device().type() == kDeviceType)
+            device = slot.toGenerator();
+        else
+            return;
+        for (const GeneratorSwap &swap : generators_)
+            TORCH_CHECK(swap.device.unsafeGetGeneratorImpl() != device.unsafeGetGeneratorImpl(),
+                        "torch_hal: the same generator is passed twice to ",
+                        schema_.operator_name());
+        GeneratorSwap swap;
+        swap.lock = std::unique_lock<std::mutex>(device.mutex());
+        swap.device = device;
+        swap.cpu = at::make_generator<at::CPUGeneratorImpl>();
+        copyGeneratorState(device, swap.cpu);
+        slot = c10::IValue(swap.cpu);
+        generators_.push_back(std::move(swap));
+    }
+
+    void restoreGenerators()
+    {
+        if (swap_default_cpu_generator_) {
+            at::Generator cpu = at::detail::getDefaultCPUGenerator();
+            at::Generator device = defaultGenerator(target_);
+            std::scoped_lock lock(cpu.mutex(), device.mutex());
+            copyGeneratorState(cpu, device);
+            copyGeneratorState(saved_cpu_state_, cpu);
+            swap_default_cpu_generator_ = false;
+        }
+        for (GeneratorSwap &swap : generators_)
+            copyGeneratorState(swap.cpu, swap.device);
+        generators_.clear(); // unlocks
+    }
+
+    void runCpuKernel()
+    {
+        c10::DeviceGuard device_guard(c10::Device(kDeviceType, target_));
+        DeviceCpuAllocationScope allocations(in_place_ ? target_ : -1);
+        try {
+            op_.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack_);
+        } catch (const c10::NotImplementedError &e) {
+            std::string what = e.what_without_backtrace();
+            if (what.find("'CPU' backend") == std::string::npos)
+                throw;
+            TORCH_CHECK_NOT_IMPLEMENTED(false, "torch_hal (backend '", backendName(),
+                                        "'): the operator '", schema_.operator_name(),
+                                        "' has no kernel for device '", deviceTypeName(),
+                                        "' and no CPU kernel to fall back to.\n", what);
+        }
+    }
+
+    // Device storage for a CPU storage the kernel created (fresh output).
+    c10::Storage freshDeviceStorage(const c10::Storage &cpu)
+    {
+        c10::StorageImpl *impl = cpu.unsafeGetStorageImpl();
+        auto found = fresh_outputs_.find(impl);
+        if (found != fresh_outputs_.end())
+            return found->second;
+        size_t nbytes = impl->nbytes();
+        c10::Storage storage;
+        if (impl->data() == nullptr) {
+            // Nothing to move (empty, or an efficient zero tensor's storage without data).
+            storage = c10::Storage(c10::make_intrusive<c10::StorageImpl>(
+                c10::StorageImpl::use_byte_size_t(), nbytes,
+                c10::DataPtr(nullptr, c10::Device(kDeviceType, target_)), deviceAllocator(),
+                /*resizable=*/nbytes == 0));
+        } else if (in_place_ && isDeviceBlock(impl->data_ptr())) {
+            // Zero copy: the kernel allocated it in device memory; take ownership.
+            c10::DataPtr data = impl->set_data_ptr(c10::DataPtr(nullptr, cpu.device()));
+            impl->set_nbytes(0);
+            c10::DeviceIndex index = deviceOfPointer(data.get());
+            data.unsafe_set_device(c10::Device(kDeviceType, index >= 0 ? index : target_));
+            storage = c10::Storage(c10::make_intrusive<c10::StorageImpl>(
+                c10::StorageImpl::use_byte_size_t(), nbytes, std::move(data), deviceAllocator(),
+                /*resizable=*/true));
+            g_counters.outputs_adopted++;
+        } else {
+            c10::Device device(kDeviceType, target_);
+            c10::DeviceGuard guard(device);
+            c10::DataPtr data = allocateDeviceMemory(target_, nbytes, device);
+            if (nbytes > 0 && impl->data() != nullptr) {
+                TORCH_HAL_CHECK(
+                    hal_memcpy_async(data.get(), impl->data(), nbytes, currentHalStream(target_)));
+                pending_copies_.insert(target_);
+                g_counters.bytes_staged_out += nbytes;
+            }
+            storage = c10::Storage(c10::make_intrusive<c10::StorageImpl>(
+                c10::StorageImpl::use_byte_size_t(), nbytes, std::move(data), deviceAllocator(),
+                /*resizable=*/true));
+            keep_alive_.push_back(cpu); // until the copy ran
+            g_counters.outputs_copied++;
+        }
+        fresh_outputs_.emplace(impl, storage);
+        return storage;
+    }
+    std::vector<c10::Storage> keep_alive_;
+
+    // The device tensor standing for a CPU tensor the kernel returned or left in an argument.
+    at::Tensor toDevice(const at::Tensor &cpu, bool is_output = true)
+    {
+        if (!cpu.defined() || cpu.device().type() != c10::DeviceType::CPU)
+            return cpu;
+        const c10::StorageImpl *impl = cpu.storage().unsafeGetStorageImpl();
+        auto found = mirror_of_cpu_.find(impl);
+        c10::Storage storage;
+        size_t begin = 0;
+        if (found != mirror_of_cpu_.end()) {
+            const Mirror &mirror = mirrors_[found->second];
+            storage = mirror.device;
+            begin = mirror.begin;
+            if (is_output)
+                g_counters.outputs_aliased++;
+        } else {
+            storage = freshDeviceStorage(cpu.storage());
+        }
+        int64_t offset = cpu.storage_offset() +
+                         static_cast<int64_t>(begin) / static_cast<int64_t>(cpu.itemsize());
+        c10::DispatchKeySet keys(c10::DispatchKey::PrivateUse1);
+        if (cpu._is_zerotensor())
+            keys = keys | c10::DispatchKeySet(c10::DispatchKey::ZeroTensor);
+        at::Tensor out = wrapDeviceStorage(std::move(storage), cpu.sizes(), cpu.strides(), offset,
+                                           cpu.dtype(), keys);
+        if (cpu.is_conj())
+            out._set_conj(true);
+        if (cpu.is_neg())
+            out._set_neg(true);
+        return out;
+    }
+
+    void writeBackMutations()
+    {
+        // Mutable arguments may have grown within their storage (resize_ of an out= tensor).
+        for (const Ref &ref : refs_) {
+            if (!ref.write)
+                continue;
+            Mirror &mirror = mirrors_[ref.mirror];
+            if (ref.cpu.storage().unsafeGetStorageImpl() != mirror.cpu.unsafeGetStorageImpl())
+                continue;
+            size_t span = spanBytes(ref.cpu);
+            if (span > 0) {
+                size_t from = mirror.begin +
+                              static_cast<size_t>(ref.cpu.storage_offset()) * ref.cpu.itemsize();
+                extend(mirror.wlo, mirror.whi, from, from + span);
+            }
+        }
+
+        for (Mirror &mirror : mirrors_) {
+            c10::StorageImpl *cpu = mirror.cpu.unsafeGetStorageImpl();
+            c10::StorageImpl *dev = mirror.device.unsafeGetStorageImpl();
+            bool resized = cpu->data() != mirror.cpu_data || cpu->nbytes() != mirror.cpu_nbytes;
+            if (in_place_) {
+                if (resized)
+                    adoptResized(mirror);
+                continue;
+            }
+            if (resized) {
+                // Whole-storage mirror (only mutable storages are resizable): replace it all.
+                c10::Device device = dev->device();
+                c10::DeviceGuard guard(device);
+                size_t nbytes = cpu->nbytes();
+                c10::DataPtr data = allocateDeviceMemory(device.index(), nbytes, device);
+                if (nbytes > 0)
+                    copyToDevice(data.get(), cpu->data(), nbytes, device.index());
+                dev->set_data_ptr_noswap(std::move(data));
+                dev->set_nbytes(nbytes);
+            } else if (mirror.written && mirror.wlo != kNoRange) {
+                size_t from = mirror.wlo;
+                size_t to = std::min(mirror.whi, mirror.begin + cpu->nbytes());
+                if (to > from)
+                    copyToDevice(static_cast<char *>(dev->mutable_data()) + from,
+                                 static_cast<const char *>(cpu->data()) + (from - mirror.begin),
+                                 to - from, mirror.index);
+            }
+        }
+
+        // Geometry (and, rarely, storage) changes of mutable arguments.
+        for (const Ref &ref : refs_) {
+            if (!ref.write)
+                continue;
+            const at::Tensor &cpu = ref.cpu;
+            at::Tensor converted = toDevice(cpu, /*is_output=*/false);
+            c10::TensorImpl *impl = ref.device.unsafeGetTensorImpl();
+            if (!impl->storage().is_alias_of(converted.storage()))
+                impl->set_storage_keep_dtype(converted.storage());
+            if (impl->sizes() != converted.sizes() || impl->strides() != converted.strides() ||
+                impl->storage_offset() != converted.storage_offset())
+                impl->set_sizes_and_strides(converted.sizes(), converted.strides(),
+                                            converted.storage_offset());
+        }
+    }
+
+    // In place: a kernel resized an aliasing CPU storage, so its new buffer came from the
+    // device-backed CPU allocator. Move it into the device storage.
+    void adoptResized(Mirror &mirror)
+    {
+        c10::StorageImpl *cpu = mirror.cpu.unsafeGetStorageImpl();
+        c10::StorageImpl *dev = mirror.device.unsafeGetStorageImpl();
+        size_t nbytes = cpu->nbytes();
+        c10::Device device = dev->device();
+        if (isDeviceBlock(cpu->data_ptr()) || cpu->data() == nullptr) {
+            c10::DataPtr data = cpu->set_data_ptr(c10::DataPtr(nullptr, cpu->device()));
+            data.unsafe_set_device(device);
+            dev->set_data_ptr_noswap(std::move(data));
+        } else {
+            c10::DeviceGuard guard(device);
+            c10::DataPtr data = allocateDeviceMemory(device.index(), nbytes, device);
+            if (nbytes > 0)
+                copyToDevice(data.get(), cpu->data(), nbytes, device.index());
+            dev->set_data_ptr_noswap(std::move(data));
+        }
+        dev->set_nbytes(nbytes);
+        // The CPU storage must keep standing for the device storage in toDevice().
+        cpu->set_data_ptr_noswap(c10::DataPtr(const_cast<void *>(dev->data()), cpu->device()));
+    }
+
+    void copyToDevice(void *dst, const void *src, size_t n, c10::DeviceIndex index)
+    {
+        TORCH_HAL_CHECK(hal_memcpy_async(dst, src, n, currentHalStream(index)));
+        pending_copies_.insert(index);
+        g_counters.bytes_staged_out += n;
+    }
+
+    void convertReturns()
+    {
+        const auto &returns = schema_.returns();
+        const auto &arguments = schema_.arguments();
+        size_t returns_begin = stack_->size() - returns.size();
+        for (size_t k = 0; k < returns.size(); ++k) {
+            c10::IValue &slot = (*stack_)[returns_begin + k];
+            const c10::AliasInfo *alias = returns[k].alias_info();
+            if (alias != nullptr && alias->isWrite()) {
+                // In-place / out=: return the caller's own tensor (list).
+                bool found = false;
+                for (size_t i = 0; i < arguments.size() && !found; ++i) {
+                    const c10::AliasInfo *in = arguments[i].alias_info();
+                    if (in != nullptr && (in == alias || *in == *alias)) {
+                        slot = original_args_[i];
+                        found = true;
+                    }
+                }
+                if (found)
+                    continue;
+            }
+            if (slot.isTensor()) {
+                slot = toDevice(slot.toTensor());
+            } else if (slot.isTensorList()) {
+                std::vector<at::Tensor> list = slot.toTensorVector();
+                for (at::Tensor &t : list)
+                    t = toDevice(t);
+                slot = c10::IValue(c10::List<at::Tensor>(list));
+            } else if (slot.isOptionalTensorList()) {
+                std::vector<std::optional<at::Tensor>> list = slot.toOptionalTensorVector();
+                for (auto &t : list)
+                    if (t.has_value())
+                        t = toDevice(*t);
+                slot = c10::IValue(c10::List<std::optional<at::Tensor>>(list));
+            }
+        }
+    }
+
+    // Staging buffers are freed when this call returns: wait for the copies that read them.
+    void finishCopies()
+    {
+        for (c10::DeviceIndex d : pending_copies_)
+            synchronizeCurrentStream(d);
+    }
+};
+
+void boxedFallback(const c10::OperatorHandle &op, torch::jit::Stack *stack)
+{
+    cpuFallback(op, stack);
+}
+
+} // namespace
+
+void cpuFallback(const c10::OperatorHandle &op, torch::jit::Stack *stack)
+{
+    FallbackCall(op, stack).run();
+}
+
+FallbackStats fallbackStats()
+{
+    return FallbackStats{ g_counters.calls.load(),           g_counters.in_place_calls.load(),
+                          g_counters.staged_calls.load(),    g_counters.outputs_adopted.load(),
+                          g_counters.outputs_aliased.load(), g_counters.outputs_copied.load(),
+                          g_counters.bytes_staged_in.load(), g_counters.bytes_staged_out.load() };
+}
+
+void resetFallbackStats()
+{
+    g_counters.calls = 0;
+    g_counters.in_place_calls = 0;
+    g_counters.staged_calls = 0;
+    g_counters.outputs_adopted = 0;
+    g_counters.outputs_aliased = 0;
+    g_counters.outputs_copied = 0;
+    g_counters.bytes_staged_in = 0;
+    g_counters.bytes_staged_out = 0;
+}
+
+void registerFallback()
+{
+    bool any_host_addressable = false;
+    for (c10::DeviceIndex i = 0; i < deviceCount(); ++i)
+        any_host_addressable = any_host_addressable || hostAddressable(i);
+    if (any_host_addressable)
+        installCpuAllocatorRouting();
+    static auto *library = new torch::Library(torch::Library::IMPL, "_",
+                                              c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+    library->fallback(torch::CppFunction::makeFromBoxedFunction<&boxedFallback>());
+
+    // Structured operators reach a backend without kernels through PyTorch's generic
+    // functional wrapper (CompositeExplicitAutogradNonFunctional): it allocates the outputs on
+    // the device and calls the out= variant. Running their own CPU kernel instead saves that
+    // detour (and, when staging, copying the blank outputs to the host), and keeps the CPU
+    // kernel's output sizing and warnings.
+    static auto *direct = new torch::Library(torch::Library::IMPL, "aten",
+                                             c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+    auto &dispatcher = c10::Dispatcher::singleton();
+    for (const c10::OperatorName &name : dispatcher.getAllOpNames()) {
+        if (name.name.rfind("aten::", 0) != 0)
+            continue;
+        auto op = dispatcher.findOp(name);
+        if (!op ||
+            !op->hasKernelForDispatchKey(
+                c10::DispatchKey::CompositeExplicitAutogradNonFunctional) ||
+            !op->hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
+            op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1))
+            continue;
+        std::string qualified = name.name;
+        if (!name.overload_name.empty())
+            qualified += "." + name.overload_name;
+        direct->impl(qualified.c_str(),
+                     torch::CppFunction::makeFromBoxedFunction<&boxedFallback>());
+    }
+}
+
+} // namespace torch_hal

@@ -1,0 +1,435 @@
+// SPDX-License-Identifier: Apache-2.0
+// Native PrivateUse1 kernels: what tensors themselves need (creation, copies in every
+// direction, resizing, storage (re)binding, views, fill, scalar reads, record_stream). All
+// other operators go through the fallback (Fallback.cpp).
+#include <ATen/EmptyTensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/_local_scalar_dense_native.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
+#include <ATen/ops/set_native.h>
+#include <ATen/ops/unfold_native.h>
+#include <ATen/ops/view_as_complex_native.h>
+#include <ATen/ops/view_as_real_native.h>
+#include <ATen/ops/view_native.h>
+#include <c10/core/DeviceGuard.h>
+#include <torch/library.h>
+
+#include "aten/Common.h"
+#include "runtime/Allocator.h"
+#include "runtime/Register.h"
+
+namespace torch_hal
+{
+
+at::Tensor wrapDeviceStorage(c10::Storage storage, c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                             int64_t storage_offset, caffe2::TypeMeta dtype,
+                             c10::DispatchKeySet keys)
+{
+    auto t = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), keys, dtype);
+    t.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides, storage_offset);
+    return t;
+}
+
+size_t spanBytes(const at::Tensor &t)
+{
+    if (t.numel() == 0)
+        return 0;
+    int64_t extent = 1; // in elements; PyTorch strides are never negative
+    for (int64_t d = 0; d < t.dim(); ++d)
+        extent += (t.size(d) - 1) * t.stride(d);
+    return static_cast<size_t>(extent) * t.itemsize();
+}
+
+namespace
+{
+
+constexpr c10::DispatchKeySet kDeviceKeys(c10::DispatchKey::PrivateUse1);
+
+void runFallback(const char *name, const char *overload, torch::jit::Stack stack)
+{
+    auto op = c10::Dispatcher::singleton().findSchemaOrThrow(name, overload);
+    cpuFallback(op, &stack);
+}
+
+// ---- Creation -------------------------------------------------------------------------------
+
+void checkFactoryOptions(std::optional<c10::Layout> layout, std::optional<bool> pin_memory)
+{
+    TORCH_CHECK(c10::layout_or_default(layout) == c10::Layout::Strided, "torch_hal: only strided ",
+                deviceTypeName(), " tensors are supported");
+    TORCH_CHECK(!c10::pinned_memory_or_default(pin_memory), "Only dense CPU tensors can be pinned");
+}
+
+at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
+                               std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+                               std::optional<bool> pin_memory,
+                               std::optional<c10::MemoryFormat> memory_format)
+{
+    checkFactoryOptions(layout, pin_memory);
+    const c10::DeviceGuard guard(c10::device_or_default(device));
+    return at::detail::empty_generic(size, deviceAllocator(), kDeviceKeys,
+                                     c10::dtype_or_default(dtype), memory_format);
+}
+
+at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
+                         std::optional<c10::ScalarType> dtype, std::optional<c10::Layout> layout,
+                         std::optional<c10::Device> device, std::optional<bool> pin_memory)
+{
+    checkFactoryOptions(layout, pin_memory);
+    const c10::DeviceGuard guard(c10::device_or_default(device));
+    return at::detail::empty_strided_generic(size, stride, deviceAllocator(), kDeviceKeys,
+                                             c10::dtype_or_default(dtype));
+}
+
+// ---- Copies ---------------------------------------------------------------------------------
+
+// Same sizes and the same strides wherever they matter (dimensions longer than 1).
+bool sameGeometry(const at::Tensor &a, const at::Tensor &b)
+{
+    if (a.sizes() != b.sizes())
+        return false;
+    for (int64_t d = 0; d < a.dim(); ++d)
+        if (a.size(d) > 1 && a.stride(d) != b.stride(d))
+            return false;
+    return true;
+}
+
+bool bytesOverlap(const at::Tensor &a, const at::Tensor &b)
+{
+    if (!a.storage().is_alias_of(b.storage()))
+        return false;
+    auto begin_a = static_cast<const char *>(a.data_ptr());
+    auto begin_b = static_cast<const char *>(b.data_ptr());
+    return begin_a < begin_b + spanBytes(b) && begin_b < begin_a + spanBytes(a);
+}
+
+bool hasPeerCopy(c10::DeviceIndex index)
+{
+    return (deviceProperties(index).capabilities & HAL_DEVICE_CAP_PEER_COPY) != 0;
+}
+
+// A device-to-device copy between two devices, ordered after the work queued on both current
+// streams and before work queued on them afterwards (what CUDA's peer copies guarantee).
+void peerCopy(void *dst, c10::DeviceIndex dst_index, const void *src, c10::DeviceIndex src_index,
+              size_t n)
+{
+    hal_stream_t src_stream = currentHalStream(src_index);
+    hal_stream_t dst_stream = currentHalStream(dst_index);
+    if (!hasPeerCopy(src_index) || !hasPeerCopy(dst_index)) {
+        c10::DataPtr staging = hostAllocator()->allocate(n);
+        TORCH_HAL_CHECK(hal_memcpy_async(staging.get(), src, n, src_stream));
+        TORCH_HAL_CHECK(hal_stream_synchronize(src_stream));
+        TORCH_HAL_CHECK(hal_memcpy_async(dst, staging.get(), n, dst_stream));
+        TORCH_HAL_CHECK(hal_stream_synchronize(dst_stream));
+        return;
+    }
+    hal_event_t src_ready = nullptr;
+    hal_event_t copy_done = nullptr;
+    TORCH_HAL_CHECK(hal_event_create(halDevice(src_index), HAL_EVENT_FLAG_NONE, &src_ready));
+    hal_status_t st = hal_event_create(halDevice(dst_index), HAL_EVENT_FLAG_NONE, &copy_done);
+    if (st == HAL_OK)
+        st = hal_event_record(src_ready, src_stream);
+    if (st == HAL_OK)
+        st = hal_stream_wait_event(dst_stream, src_ready);
+    if (st == HAL_OK)
+        st = hal_memcpy_async(dst, src, n, dst_stream);
+    if (st == HAL_OK)
+        st = hal_event_record(copy_done, dst_stream);
+    if (st == HAL_OK)
+        st = hal_stream_wait_event(src_stream, copy_done);
+    // Streams already waiting on an event are not affected by its destruction.
+    hal_event_destroy(src_ready);
+    if (copy_done != nullptr)
+        hal_event_destroy(copy_done);
+    TORCH_HAL_CHECK(st);
+}
+
+// Copies the bytes of `src` to `dst` (same dtype and geometry, both dense). Device work is
+// ordered on the current streams. Host memory takes part asynchronously only when
+// non_blocking is set and it is pinned; pageable memory is always done with on return.
+void copyDenseBytes(const at::Tensor &dst, const at::Tensor &src, bool non_blocking)
+{
+    size_t n = static_cast<size_t>(dst.numel()) * dst.itemsize();
+    if (n == 0)
+        return;
+    void *dst_ptr = dst.data_ptr();
+    const void *src_ptr = src.const_data_ptr();
+    bool dst_dev = isDeviceTensor(dst);
+    bool src_dev = isDeviceTensor(src);
+    if (dst_dev && src_dev) {
+        c10::DeviceIndex d = dst.device().index();
+        c10::DeviceIndex s = src.device().index();
+        if (d == s)
+            TORCH_HAL_CHECK(hal_memcpy_async(dst_ptr, src_ptr, n, currentHalStream(d)));
+        else
+            peerCopy(dst_ptr, d, src_ptr, s, n);
+        return;
+    }
+    const at::Tensor &dev = dst_dev ? dst : src;
+    const at::Tensor &host = dst_dev ? src : dst;
+    c10::Stream stream = currentStream(dev.device().index());
+    hal_stream_t hal_stream = halStream(stream);
+    TORCH_HAL_CHECK(hal_memcpy_async(dst_ptr, src_ptr, n, hal_stream));
+    if (non_blocking) {
+        const c10::DataPtr &host_data = host.storage().data_ptr();
+        if (isHostBlock(host_data)) {
+            // The pinned block must not be reused before the copy ran.
+            recordHostBlockOnStream(host_data.get_context(), stream);
+            return;
+        }
+        if (isPinnedPointer(host_data.get()))
+            return;
+    }
+    TORCH_HAL_CHECK(hal_stream_synchronize(hal_stream));
+}
+
+at::Tensor copy_from(const at::Tensor &self, const at::Tensor &dst, bool non_blocking)
+{
+    const at::Tensor &src = self;
+    if (dst.numel() == 0)
+        return dst;
+    bool plain = src.dtype() == dst.dtype() && src.is_conj() == dst.is_conj() &&
+                 src.is_neg() == dst.is_neg();
+    if (plain && sameGeometry(src, dst) && src.is_non_overlapping_and_dense() &&
+        dst.is_non_overlapping_and_dense() && !bytesOverlap(src, dst)) {
+        copyDenseBytes(dst, src, non_blocking);
+        return dst;
+    }
+    bool src_dev = isDeviceTensor(src);
+    bool dst_dev = isDeviceTensor(dst);
+    bool plain_dst = !dst.is_conj() && !dst.is_neg();
+    bool plain_src = !src.is_conj() && !src.is_neg();
+    // Devices without host access: convert on the host, then move the bytes once.
+    if (dst_dev && !src_dev && !hostAddressable(dst.device().index()) &&
+        dst.is_non_overlapping_and_dense() && plain_dst) {
+        at::Tensor staged = at::empty_strided(dst.sizes(), dst.strides(),
+                                              dst.options().device(c10::DeviceType::CPU));
+        staged.copy_(src);
+        copyDenseBytes(dst, staged, /*non_blocking=*/false);
+        return dst;
+    }
+    if (src_dev && !dst_dev && !hostAddressable(src.device().index()) &&
+        src.is_non_overlapping_and_dense() && plain_src) {
+        at::Tensor staged = at::empty_strided(src.sizes(), src.strides(),
+                                              src.options().device(c10::DeviceType::CPU));
+        copyDenseBytes(staged, src, /*non_blocking=*/false);
+        dst.copy_(staged);
+        return dst;
+    }
+    // Everything else (dtype conversion on the device, broadcasting, layouts that differ,
+    // overlap): CPU's copy_ through the fallback, in place where the device allows it.
+    runFallback("aten::copy_", "", { dst, src, non_blocking });
+    return dst;
+}
+
+void resizeImpl(c10::TensorImpl *self, c10::IntArrayRef size, at::OptionalIntArrayRef stride);
+
+at::Tensor copy_from_and_resize(const at::Tensor &self, const at::Tensor &dst)
+{
+    {
+        const c10::DeviceGuard guard(dst.device());
+        resizeImpl(dst.unsafeGetTensorImpl(), self.sizes(), std::nullopt);
+    }
+    return copy_from(self, dst, false);
+}
+
+// ---- Resizing and storage binding -------------------------------------------------------------
+
+void resizeImpl(c10::TensorImpl *self, c10::IntArrayRef size, at::OptionalIntArrayRef stride)
+{
+    if (self->sizes() == size && (!stride || self->strides() == stride.value()))
+        return;
+    const size_t itemsize = self->dtype().itemsize();
+    const auto offset = static_cast<size_t>(self->storage_offset());
+    size_t nbytes = 0;
+    if (stride) {
+        self->set_sizes_and_strides(size, *stride);
+        nbytes = at::detail::computeStorageNbytes(size, *stride, itemsize, offset);
+    } else {
+        self->set_sizes_contiguous(size);
+        nbytes = at::detail::computeStorageNbytesContiguous(size, itemsize, offset);
+    }
+    if (self->numel() == 0)
+        return;
+    const c10::Storage &storage = self->unsafe_storage();
+    if (!storage) {
+        self->set_storage_keep_dtype(c10::Storage(c10::Storage::use_byte_size_t(), nbytes,
+                                                  deviceAllocator(), /*resizable=*/true));
+    } else if (nbytes > storage.nbytes()) {
+        resizeDeviceStorage(storage.unsafeGetStorageImpl(), nbytes);
+    }
+}
+
+const at::Tensor &resize_(const at::Tensor &self, c10::SymIntArrayRef size,
+                          std::optional<c10::MemoryFormat> memory_format)
+{
+    const c10::DeviceGuard guard(self.device());
+    c10::TensorImpl *impl = self.unsafeGetTensorImpl();
+    resizeImpl(impl, C10_AS_INTARRAYREF_SLOW(size), std::nullopt);
+    if (memory_format) {
+        TORCH_CHECK(*memory_format != c10::MemoryFormat::Preserve, "Unsupported memory format ",
+                    *memory_format);
+        impl->empty_tensor_restride(*memory_format);
+    }
+    return self;
+}
+
+at::Tensor &set_storage(at::Tensor &result, c10::Storage storage, int64_t storage_offset,
+                        c10::IntArrayRef size, c10::IntArrayRef stride)
+{
+    at::native::checkSetStorage(result, storage, storage_offset, size, stride);
+    result.unsafeGetTensorImpl()->set_storage_offset(storage_offset);
+    at::OptionalIntArrayRef stride_opt =
+        stride.data() != nullptr ? at::OptionalIntArrayRef(stride) : std::nullopt;
+    const c10::DeviceGuard guard(result.device());
+    resizeImpl(result.unsafeGetTensorImpl(), size, stride_opt);
+    return result;
+}
+
+at::Tensor &set_empty(at::Tensor &result)
+{
+    const c10::DeviceGuard guard(result.device());
+    c10::Storage storage(c10::Storage::use_byte_size_t(), 0, deviceAllocator(), true);
+    return set_storage(result, std::move(storage), 0, { 0 }, {});
+}
+
+// ---- Values ---------------------------------------------------------------------------------
+
+at::Tensor &fill_scalar(at::Tensor &self, const at::Scalar &value)
+{
+    if (self.numel() == 0)
+        return self;
+    if (!hostAddressable(self.device().index()) && self.is_non_overlapping_and_dense() &&
+        !self.is_conj() && !self.is_neg()) {
+        at::Tensor staged = at::empty_strided(self.sizes(), self.strides(),
+                                              self.options().device(c10::DeviceType::CPU));
+        staged.fill_(value);
+        const c10::DeviceGuard guard(self.device());
+        copyDenseBytes(self, staged, /*non_blocking=*/false);
+        return self;
+    }
+    runFallback("aten::fill_", "Scalar", { self, value });
+    return self;
+}
+
+at::Tensor &zero_(at::Tensor &self)
+{
+    if (self.numel() == 0)
+        return self;
+    if (self.is_non_overlapping_and_dense()) {
+        // All-zero bytes are zero in every dtype: a stream-ordered memset.
+        const c10::DeviceGuard guard(self.device());
+        size_t n = static_cast<size_t>(self.numel()) * self.itemsize();
+        TORCH_HAL_CHECK(
+            hal_memset_async(self.data_ptr(), 0, n, currentHalStream(self.device().index())));
+        return self;
+    }
+    runFallback("aten::zero_", "", { self });
+    return self;
+}
+
+at::Scalar local_scalar_dense(const at::Tensor &self)
+{
+    TORCH_CHECK(self.numel() == 1, "a Tensor with ", self.numel(),
+                " elements cannot be converted to Scalar");
+    if (self.is_conj() || self.is_neg()) {
+        torch::jit::Stack stack{ self };
+        cpuFallback(c10::Dispatcher::singleton().findSchemaOrThrow("aten::_local_scalar_dense", ""),
+                    &stack);
+        return stack.back().toScalar();
+    }
+    at::Tensor host = at::empty({}, self.options().device(c10::DeviceType::CPU));
+    c10::DeviceIndex index = self.device().index();
+    hal_stream_t stream = currentHalStream(index);
+    TORCH_HAL_CHECK(
+        hal_memcpy_async(host.data_ptr(), self.const_data_ptr(), self.itemsize(), stream));
+    TORCH_HAL_CHECK(hal_stream_synchronize(stream));
+    return at::native::_local_scalar_dense_cpu(host);
+}
+
+void record_stream(at::Tensor &self, c10::Stream stream)
+{
+    TORCH_CHECK(stream.device_type() == kDeviceType, "torch_hal: record_stream expects a ",
+                deviceTypeName(), " stream, got one of ", stream.device());
+    recordDeviceBlockOnStream(self.storage().data_ptr(), stream);
+}
+
+// ---- Convolutions ------------------------------------------------------------------------------
+// at::convolution sends backends other than CPU/CUDA/MKLDNN to convolution_overrideable, whose
+// default kernel throws. Run PyTorch's generic convolution on the CPU instead (it picks the CPU
+// algorithms), through the fallback.
+
+at::Tensor convolution_overrideable(const at::Tensor &input, const at::Tensor &weight,
+                                    const std::optional<at::Tensor> &bias, c10::IntArrayRef stride,
+                                    c10::IntArrayRef padding, c10::IntArrayRef dilation,
+                                    bool transposed, c10::IntArrayRef output_padding,
+                                    int64_t groups)
+{
+    torch::jit::Stack stack{ input,         weight,         bias,       stride.vec(),
+                             padding.vec(), dilation.vec(), transposed, output_padding.vec(),
+                             groups };
+    cpuFallback(c10::Dispatcher::singleton().findSchemaOrThrow("aten::convolution", ""), &stack);
+    return stack.back().toTensor();
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable(
+    const at::Tensor &grad_output, const at::Tensor &input, const at::Tensor &weight,
+    c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
+    c10::IntArrayRef output_padding, int64_t groups, std::array<bool, 3> output_mask)
+{
+    std::optional<std::vector<int64_t>> bias_sizes;
+    if (output_mask[2])
+        bias_sizes = std::vector<int64_t>{ transposed ? weight.size(1) * groups : weight.size(0) };
+    c10::List<bool> mask({ output_mask[0], output_mask[1], output_mask[2] });
+    torch::jit::Stack stack{ grad_output,    input,        weight,
+                             bias_sizes,     stride.vec(), padding.vec(),
+                             dilation.vec(), transposed,   output_padding.vec(),
+                             groups,         mask };
+    cpuFallback(c10::Dispatcher::singleton().findSchemaOrThrow("aten::convolution_backward", ""),
+                &stack);
+    return { stack[0].toTensor(), stack[1].toTensor(), stack[2].toTensor() };
+}
+
+} // namespace
+
+void registerOperators()
+{
+    static auto *m = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
+                                        __FILE__, __LINE__);
+    m->impl("empty.memory_format", TORCH_FN(empty_memory_format));
+    m->impl("empty_strided", TORCH_FN(empty_strided));
+    m->impl("_copy_from", TORCH_FN(copy_from));
+    m->impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
+    m->impl("resize_", TORCH_FN(resize_));
+    m->impl("set_", TORCH_FN(set_empty));
+    m->impl("set_.source_Storage", TORCH_FN(at::native::set_));
+    m->impl("set_.source_Storage_storage_offset", TORCH_FN(set_storage));
+    m->impl("set_.source_Tensor", TORCH_FN(at::native::set_tensor_));
+    m->impl("as_strided", TORCH_FN(at::native::as_strided_tensorimpl));
+    m->impl("view", TORCH_FN(at::native::view));
+    m->impl("_reshape_alias", TORCH_FN(at::native::_reshape_alias));
+    m->impl("unfold", TORCH_FN(at::native::unfold));
+    m->impl("view_as_real", TORCH_FN(at::native::view_as_real));
+    m->impl("view_as_complex", TORCH_FN(at::native::view_as_complex));
+    m->impl("fill_.Scalar", TORCH_FN(fill_scalar));
+    m->impl("zero_", TORCH_FN(zero_));
+    m->impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));
+    m->impl("record_stream", TORCH_FN(record_stream));
+    m->impl("convolution_overrideable", TORCH_FN(convolution_overrideable));
+    m->impl("convolution_backward_overrideable", TORCH_FN(convolution_backward_overrideable));
+
+    // The conjugate and negative-bit fallbacks materialise lazily conjugated/negated inputs
+    // with clone(), which copies through _copy_from again: endless recursion. The copy kernels
+    // honour both bits themselves (like copy_, which those fallbacks already let through).
+    for (c10::DispatchKey key : { c10::DispatchKey::Conjugate, c10::DispatchKey::Negative }) {
+        auto *bits = new torch::Library(torch::Library::IMPL, "aten", key, __FILE__, __LINE__);
+        bits->impl("_copy_from", torch::CppFunction::makeFallthrough());
+        bits->impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+    }
+}
+
+} // namespace torch_hal

@@ -1,0 +1,25 @@
+// SPDX-License-Identifier: Apache-2.0
+// What torch_hal registers with PyTorch, in the order registerAll() calls it. Nothing is
+// registered when the module is loaded: only after the HAL backend opened successfully.
+#pragma once
+
+#include <ATen/core/Generator.h>
+#include <c10/core/Device.h>
+
+namespace torch_hal
+{
+
+void registerGuard();     // DeviceGuardImplInterface (runtime/Guard.cpp)
+void registerHooks();     // allocators, hooks, generators (runtime/Hooks.cpp)
+void registerOperators(); // native kernels (aten/Ops.cpp)
+void registerFallback();  // the boxed CPU fallback (aten/Fallback.cpp)
+void registerAutocast();  // AutocastPrivateUse1 (aten/Autocast.cpp)
+
+// Registers everything above once; later calls do nothing.
+void registerAll();
+
+// The default generator of a device (a CPU-style mt19937 generator per device).
+const at::Generator &defaultGenerator(c10::DeviceIndex index);
+at::Generator newGenerator(c10::DeviceIndex index);
+
+} // namespace torch_hal

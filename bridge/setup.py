@@ -1,0 +1,143 @@
+"""Builds torch_hal: the HAL libraries with Bazel, then the C++ extension against the installed torch.
+
+    pip install --no-build-isolation ./bridge        # or: pip install --no-build-isolation -e ./bridge
+
+Steps (all in the build_ext command, so plain installs, editable installs and
+`python setup.py build_ext --inplace` behave the same):
+  1. `bazel build` the HAL (libhal.so) and every backend library of this checkout, skipping the
+     targets that do not exist in it, and copy the results into torch_hal/lib/.
+  2. Compile torch_hal._C (csrc/**.cpp) against the installed torch and link it with libhal.so,
+     found at run time through the rpath $ORIGIN/lib. The HAL then finds the backend libraries
+     next to itself.
+
+Environment:
+  TORCH_HAL_BAZEL         Bazel command (default "bazel").
+  TORCH_HAL_PREBUILT_LIBS a directory holding libhal.so and backend libraries built elsewhere;
+                          Bazel is not run.
+  TORCH_HAL_DEBUG=1       build the extension with -O0 -g.
+"""
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+
+from setuptools import setup
+from torch.utils.cpp_extension import BuildExtension, CppExtension, include_paths
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+PACKAGE_LIB = os.path.join(HERE, "torch_hal", "lib")
+
+# Bazel target -> file name in torch_hal/lib. libhal.so is required; the others are optional.
+BAZEL_TARGETS = [
+    ("//hal:libhal.so", "libhal.so"),
+    ("//hal_backends/cpu:libhal_backend_cpu.so", "libhal_backend_cpu.so"),
+    ("//hal_backends/trainium:libhal_backend_trainium.so", "libhal_backend_trainium.so"),
+    ("//hal_backends/trainium/emulator:libnrt.so.1", "libnrt.so.1"),
+]
+REQUIRED = {"libhal.so"}
+
+
+def _log(msg):
+    print(f"torch_hal setup: {msg}", file=sys.stderr)
+
+
+def _existing_targets(bazel):
+    """Returns the targets of BAZEL_TARGETS that this checkout defines."""
+    labels = " ".join(t for t, _ in BAZEL_TARGETS)
+    # --keep_going prints the targets that exist and reports the others as errors (exit 3).
+    proc = subprocess.run([bazel, "query", "--keep_going", f"set({labels})"], cwd=REPO,
+                          capture_output=True, text=True)
+    found = {line.strip() for line in proc.stdout.splitlines() if line.strip()}
+    return [t for t, _ in BAZEL_TARGETS if t in found]
+
+
+def _bazel_build():
+    """Builds the HAL libraries and returns {file name: path of the built file}."""
+    bazel = os.environ.get("TORCH_HAL_BAZEL", "bazel")
+    targets = _existing_targets(bazel)
+    for target, name in BAZEL_TARGETS:
+        if target not in targets:
+            if name in REQUIRED:
+                raise RuntimeError(f"{target} is not defined in {REPO}; cannot build torch_hal")
+            _log(f"skipping {target} (not defined in this checkout)")
+    subprocess.run([bazel, "build", *targets], cwd=REPO, check=True)
+    bin_dir = subprocess.run([bazel, "info", "bazel-bin"], cwd=REPO, check=True,
+                             capture_output=True, text=True).stdout.strip()
+    built = {}
+    for target, name in BAZEL_TARGETS:
+        if target in targets:
+            package, _, file = target[2:].partition(":")
+            built[name] = os.path.join(bin_dir, package, file)
+    return built
+
+
+def _prebuilt(directory):
+    built = {}
+    for _, name in BAZEL_TARGETS:
+        path = os.path.join(directory, name)
+        if os.path.exists(path):
+            built[name] = path
+    missing = REQUIRED - set(built)
+    if missing:
+        raise RuntimeError(f"TORCH_HAL_PREBUILT_LIBS={directory} lacks {sorted(missing)}")
+    return built
+
+
+def _install_libs(built, destination):
+    os.makedirs(destination, exist_ok=True)
+    for name in os.listdir(destination):  # drop libraries of targets that no longer exist
+        if name not in built:
+            os.remove(os.path.join(destination, name))
+    for name, path in built.items():
+        target = os.path.join(destination, name)
+        if os.path.exists(target):
+            os.remove(target)  # Bazel outputs are read-only, so copies are too
+        shutil.copyfile(path, target)
+        # The HAL refuses backend libraries in world-writable places; keep them 0755.
+        os.chmod(target, 0o755)
+
+
+class BuildWithHal(BuildExtension):
+    def run(self):
+        prebuilt = os.environ.get("TORCH_HAL_PREBUILT_LIBS")
+        built = _prebuilt(prebuilt) if prebuilt else _bazel_build()
+        _install_libs(built, PACKAGE_LIB)  # the extension links against this copy
+        if not self.inplace:  # build_py ran already: put the libraries into the wheel too
+            _install_libs(built, os.path.join(self.build_lib, "torch_hal", "lib"))
+        super().run()
+
+
+def _extension():
+    sources = sorted(glob.glob(os.path.join("csrc", "**", "*.cpp"), recursive=True))
+    debug = os.environ.get("TORCH_HAL_DEBUG") == "1"
+    cxx_flags = [
+        "-std=c++17",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        "-fvisibility=hidden",
+        "-O0" if debug else "-O2",
+        "-g" if debug else "-g0",
+    ]
+    ext = CppExtension(
+        name="torch_hal._C",
+        sources=sources,
+        include_dirs=[os.path.join(HERE, "csrc"), os.path.join(REPO, "hal", "include")],
+        library_dirs=[PACKAGE_LIB],
+        libraries=["hal"],
+        extra_compile_args={"cxx": cxx_flags},
+        extra_link_args=["-Wl,-rpath,$ORIGIN/lib"],
+    )
+    # torch's headers are not ours to keep warning-free under -Werror: include them as system
+    # headers instead of the -I that CppExtension uses.
+    torch_includes = set(include_paths())
+    ext.include_dirs = [d for d in ext.include_dirs if d not in torch_includes]
+    for path in include_paths():
+        cxx_flags += ["-isystem", path]
+    return ext
+
+
+setup(ext_modules=[_extension()], cmdclass={"build_ext": BuildWithHal})

@@ -1,0 +1,517 @@
+"""Device-generic behaviour of the torch_hal device: what a CUDA training script relies on.
+
+Runs on the backend TORCH_HAL_BACKEND selects; tests that need a second device or a
+host-addressable device say so.
+"""
+
+import io
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import torch_hal
+
+
+# ---- Loading and the device module ------------------------------------------------------------
+
+def test_autoloaded_and_renamed(device_type, backend):
+    assert torch._C._get_privateuse1_backend_name() == device_type
+    assert hasattr(torch, device_type)
+    assert torch.accelerator.current_accelerator().type == device_type
+    expected = {"cpu": "hal", "trainium": "neuron"}.get(backend)
+    if expected:
+        assert device_type == expected
+
+
+def test_device_module_basics(device_type, devmod):
+    assert devmod.is_available()
+    n = devmod.device_count()
+    assert n >= 1 and torch.accelerator.device_count() == n
+    assert devmod.current_device() == 0
+    with devmod.device(n - 1):
+        assert devmod.current_device() == n - 1
+        assert torch.accelerator.current_device_index() == n - 1
+    assert devmod.current_device() == 0
+    props = devmod.get_device_properties(0)
+    assert props.total_memory > 0 and props.name == devmod.get_device_name(0)
+    assert devmod.is_bf16_supported()
+    t = torch.ones(2, device=device_type)
+    assert t.device == torch.device(device_type, 0)
+    # generated methods
+    assert getattr(t, f"is_{device_type}")
+    assert getattr(torch.ones(2), device_type)().device.type == device_type
+    m = getattr(torch.nn.Linear(2, 2), device_type)()
+    assert m.weight.device.type == device_type
+
+
+def test_set_device_changes_default_placement(device_type, devmod):
+    if devmod.device_count() < 2:
+        pytest.skip("needs two devices")
+    devmod.set_device(1)
+    try:
+        assert torch.empty(1, device=device_type).device.index == 1
+        torch.accelerator.set_device_index(0)
+        assert devmod.current_device() == 0
+    finally:
+        devmod.set_device(0)
+
+
+def test_error_messages_name_the_backend(device_type, backend, devmod):
+    with pytest.raises(RuntimeError, match=f"backend '{backend}'"):
+        torch.empty(1, device=f"{device_type}:{devmod.device_count()}")
+    with pytest.raises(torch.OutOfMemoryError, match=f"backend '{backend}'.*OUT_OF_DEVICE_MEMORY"):
+        torch.empty(1 << 60, dtype=torch.uint8, device=device_type)
+
+
+def test_failed_backend_keeps_import_torch_working(tmp_path):
+    code = textwrap.dedent("""
+        import warnings
+        warnings.simplefilter("always")
+        with warnings.catch_warnings(record=True) as caught:
+            import torch
+        import torch_hal
+        assert not torch_hal.is_loaded()
+        assert torch._C._get_privateuse1_backend_name() == "privateuseone"
+        messages = [str(w.message) for w in caught if "torch_hal" in str(w.message)]
+        assert len(messages) == 1, messages
+        print(messages[0])
+    """)
+    env = dict(os.environ, TORCH_HAL_BACKEND="no_such_backend")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "no_such_backend" in proc.stdout and "HAL_ERROR_NOT_FOUND" in proc.stdout
+
+
+# ---- Streams and events -----------------------------------------------------------------------
+
+def test_side_stream_and_wait_stream(device_type, devmod):
+    a = torch.randn(256, 256, device=device_type)
+    side = devmod.Stream()
+    assert side != devmod.default_stream() and side.device_type == devmod.default_stream().device_type
+    side.wait_stream(devmod.current_stream())
+    with devmod.stream(side):
+        assert devmod.current_stream() == side
+        b = a @ a
+        c = b + 1
+    assert devmod.current_stream() == devmod.default_stream()
+    devmod.current_stream().wait_stream(side)
+    torch.testing.assert_close((c - 1).cpu(), (a.cpu() @ a.cpu()), rtol=1e-4, atol=1e-3)
+
+
+def test_stream_priorities_and_pool(devmod):
+    low = devmod.Stream(priority=0)
+    high = devmod.Stream(priority=-1)
+    props = devmod.get_device_properties(0)
+    assert low.priority == 0
+    assert high.priority == props.stream_priority_greatest
+    assert low.stream_id != 0 and high.stream_id != low.stream_id
+    # torch.Stream / torch.accelerator understand them
+    torch.accelerator.set_stream(high)
+    assert torch.accelerator.current_stream().stream_id == high.stream_id
+    torch.accelerator.set_stream(devmod.default_stream())
+
+
+def test_event_ordering_and_timing(device_type, devmod):
+    x = torch.zeros(1 << 16, device=device_type)
+    start = devmod.Event(enable_timing=True)
+    end = devmod.Event(enable_timing=True)
+    assert start.query()  # never recorded: complete
+    side = devmod.Stream()
+    start.record()
+    side.wait_event(start)
+    with devmod.stream(side):
+        x.add_(1)
+        done = devmod.Event()
+        done.record(side)
+    done.wait(devmod.current_stream())
+    y = x * 2
+    end.record()
+    end.synchronize()
+    assert done.query() and end.query()
+    assert start.elapsed_time(end) >= 0
+    assert torch.equal(y.cpu(), torch.full((1 << 16,), 2.0))
+    # plain torch.Event works too
+    e = torch.Event(device=device_type, enable_timing=True)
+    e.record()
+    e.synchronize()
+    assert e.query()
+
+
+def test_record_stream_keeps_memory_until_stream_done(device_type, devmod):
+    side = devmod.Stream()
+    t = torch.ones(1 << 20, device=device_type)
+    with devmod.stream(side):
+        u = t * 3
+    t.record_stream(side)
+    del t
+    devmod.current_stream().wait_stream(side)
+    assert u.sum().item() == 3 * (1 << 20)
+
+
+def test_synchronize(device_type, devmod):
+    x = torch.randn(1000, device=device_type)
+    devmod.synchronize()
+    torch.accelerator.synchronize()
+    assert devmod.current_stream().query()
+    assert x.numel() == 1000
+
+
+# ---- Memory ---------------------------------------------------------------------------------
+
+def test_memory_stats_follow_allocations(device_type, devmod):
+    devmod.empty_cache()
+    base = devmod.memory_allocated()
+    assert base == torch.accelerator.memory_allocated()
+    t = torch.empty(4 << 20, dtype=torch.uint8, device=device_type)
+    assert devmod.memory_allocated() >= base + (4 << 20)
+    assert devmod.max_memory_allocated() >= devmod.memory_allocated()
+    reserved = devmod.memory_reserved()
+    assert reserved >= devmod.memory_allocated()
+    stats = devmod.memory_stats()
+    assert stats["allocated_bytes.all.current"] == devmod.memory_allocated()
+    assert stats["reserved_bytes.all.current"] == reserved
+    del t
+    assert devmod.memory_allocated() == base
+    assert devmod.memory_reserved() == reserved  # cached
+    devmod.empty_cache()
+    assert devmod.memory_reserved() < reserved
+    devmod.reset_peak_memory_stats()
+    assert devmod.max_memory_allocated() == devmod.memory_allocated()
+    free, total = devmod.mem_get_info()
+    assert 0 < free <= total
+
+
+# ---- Pinned memory and copies --------------------------------------------------------------------
+
+def test_pin_memory(device_type):
+    cpu = torch.randn(1000)
+    assert not cpu.is_pinned()
+    pinned = cpu.pin_memory()
+    assert pinned.is_pinned() and torch.equal(pinned, cpu)
+    assert torch.empty(10, pin_memory=True).is_pinned()
+
+
+def test_non_blocking_copies(device_type, devmod):
+    src = torch.arange(1 << 18, dtype=torch.float32).pin_memory()
+    dev = src.to(device_type, non_blocking=True)
+    back = dev.to("cpu", non_blocking=True)
+    assert back.is_pinned()  # non_blocking device->host copies land in pinned memory
+    devmod.current_stream().synchronize()
+    assert torch.equal(back, src)
+    dst = torch.empty(1 << 18, pin_memory=True)
+    dst.copy_(dev * 2, non_blocking=True)
+    devmod.synchronize()
+    assert torch.equal(dst, src * 2)
+
+
+def test_copies_every_direction(device_type, devmod):
+    cpu = torch.randn(6, 5, dtype=torch.float64)
+    d0 = cpu.to(device_type)
+    torch.testing.assert_close(d0.cpu(), cpu)
+    # non-contiguous on either side, dtype conversion, broadcasting
+    torch.testing.assert_close(d0.t().contiguous().cpu(), cpu.t().contiguous())
+    torch.testing.assert_close(cpu.t().to(device_type).cpu(), cpu.t())
+    half = torch.empty(5, 6, dtype=torch.float16, device=device_type)
+    half.copy_(d0.t())
+    torch.testing.assert_close(half.cpu(), cpu.t().half())
+    strided_dst = torch.zeros(6, 10, dtype=torch.float32, device=device_type)[:, ::2]
+    strided_dst.copy_(cpu)
+    torch.testing.assert_close(strided_dst.cpu(), cpu.float())
+    host_dst = torch.zeros(10, 6, dtype=torch.float32)[::2]
+    host_dst.copy_(d0.t())
+    torch.testing.assert_close(host_dst, cpu.t().float())
+    row = torch.arange(5.0, device=device_type)
+    d0.copy_(row)  # broadcast
+    assert torch.equal(d0.cpu(), torch.arange(5.0, dtype=torch.float64).expand(6, 5))
+    if devmod.device_count() > 1:
+        d1 = d0.to(f"{device_type}:1")
+        assert d1.device.index == 1 and torch.equal(d1.cpu(), d0.cpu())
+        back = torch.empty(5, 6, dtype=torch.float32, device=device_type)
+        back.copy_(d1.t())  # cross-device, non-contiguous, with conversion
+        torch.testing.assert_close(back.cpu(), d0.cpu().t().float())
+
+
+# ---- DataLoader ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_dataloader_pin_memory(device_type, workers):
+    data = torch.utils.data.TensorDataset(torch.randn(64, 3), torch.arange(64))
+    loader = torch.utils.data.DataLoader(data, batch_size=16, pin_memory=True,
+                                         num_workers=workers)
+    seen = 0
+    for x, y in loader:
+        assert x.is_pinned() and y.is_pinned()
+        x = x.to(device_type, non_blocking=True)
+        seen += int(y.to(device_type, non_blocking=True).numel())
+        assert x.device.type == device_type
+    assert seen == 64
+
+
+# ---- RNG ------------------------------------------------------------------------------------------
+
+def test_rng_reproducible(device_type, devmod):
+    devmod.manual_seed(42)
+    a = torch.rand(100, device=device_type)
+    devmod.manual_seed(42)
+    b = torch.rand(100, device=device_type)
+    assert torch.equal(a.cpu(), b.cpu())
+    assert devmod.initial_seed() == 42
+    state = devmod.get_rng_state()
+    c = torch.randn(50, device=device_type)
+    devmod.set_rng_state(state)
+    d = torch.randn(50, device=device_type)
+    assert torch.equal(c.cpu(), d.cpu())
+    states = devmod.get_rng_state_all()
+    assert len(states) == devmod.device_count()
+    devmod.set_rng_state_all(states)
+    # torch.manual_seed seeds the device too; the generator matches CPU's algorithm
+    torch.manual_seed(7)
+    e = torch.rand(10)
+    torch.manual_seed(7)
+    f = torch.rand(10, device=device_type)
+    assert torch.equal(e, f.cpu())
+    g = torch.Generator(device=device_type).manual_seed(3)
+    h = torch.Generator(device=device_type).manual_seed(3)
+    assert torch.equal(torch.randn(4, device=device_type, generator=g).cpu(),
+                       torch.randn(4, device=device_type, generator=h).cpu())
+
+
+def test_fork_rng_restores_device_state(device_type, devmod):
+    devmod.manual_seed(5)
+    with torch.random.fork_rng(devices=range(devmod.device_count()), device_type=device_type):
+        torch.rand(10, device=device_type)
+    a = torch.rand(10, device=device_type)
+    devmod.manual_seed(5)
+    b = torch.rand(10, device=device_type)
+    assert torch.equal(a.cpu(), b.cpu())
+
+
+def test_dropout_reproducible(device_type, devmod):
+    x = torch.ones(1000, device=device_type)
+    devmod.manual_seed(1)
+    a = torch.nn.functional.dropout(x, 0.5)
+    devmod.manual_seed(1)
+    b = torch.nn.functional.dropout(x, 0.5)
+    assert torch.equal(a.cpu(), b.cpu()) and 0 < (a == 0).sum().item() < 1000
+
+
+# ---- Serialization ------------------------------------------------------------------------------
+
+def _roundtrip(obj, **load_kwargs):
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    buf.seek(0)
+    return torch.load(buf, **load_kwargs)
+
+
+def test_save_load_map_location(device_type, devmod):
+    dev_tensor = torch.randn(4, 3, device=device_type)
+    view = dev_tensor[1:, ::2]
+    state = {"w": dev_tensor, "v": view}
+    loaded = _roundtrip(state)  # no map_location: back onto the device
+    assert loaded["w"].device == dev_tensor.device
+    assert loaded["w"].untyped_storage().device == dev_tensor.device
+    assert torch.equal(loaded["w"].cpu(), dev_tensor.cpu())
+    assert torch.equal(loaded["v"].cpu(), view.cpu())
+    assert loaded["v"].untyped_storage().data_ptr() == loaded["w"].untyped_storage().data_ptr()
+    on_cpu = _roundtrip(state, map_location="cpu")
+    assert on_cpu["w"].device.type == "cpu" and torch.equal(on_cpu["w"], dev_tensor.cpu())
+    cpu_tensor = torch.arange(6.0)
+    to_dev = _roundtrip(cpu_tensor, map_location=device_type)
+    assert to_dev.device.type == device_type and to_dev.untyped_storage().device.type == device_type
+    assert torch.equal(to_dev.cpu(), cpu_tensor)
+    if devmod.device_count() > 1:
+        moved = _roundtrip(dev_tensor, map_location={f"{device_type}:0": f"{device_type}:1"})
+        assert moved.device.index == 1
+    model = torch.nn.Linear(3, 2).to(device_type)
+    sd = _roundtrip(model.state_dict(), map_location="cpu")
+    fresh = torch.nn.Linear(3, 2)
+    fresh.load_state_dict(sd)
+    assert torch.equal(fresh.weight, model.weight.cpu())
+
+
+# ---- AMP ------------------------------------------------------------------------------------------
+
+def test_autocast_dtypes(device_type, devmod):
+    assert torch.get_autocast_dtype(device_type) == torch.bfloat16
+    a = torch.randn(8, 8, device=device_type)
+    with torch.autocast(device_type):
+        assert torch.is_autocast_enabled(device_type)
+        mm = a @ a
+        lin = torch.nn.functional.linear(a, a)
+        soft = torch.softmax(a, dim=0)
+        s = a.sum()
+    assert mm.dtype == torch.bfloat16 and lin.dtype == torch.bfloat16
+    assert soft.dtype == torch.float32 and s.dtype == torch.float32
+    with devmod.amp.autocast():
+        assert (a @ a).dtype == torch.bfloat16
+    with torch.autocast(device_type, dtype=torch.float16):
+        assert (a @ a).dtype == torch.float16
+
+
+def test_grad_scaler(device_type):
+    # torch.amp.GradScaler() without a device still means "cuda" in torch 2.13: pass it.
+    model = torch.nn.Linear(4, 4).to(device_type)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler(device_type, init_scale=1024.0)
+    with torch.autocast(device_type):
+        loss = model(torch.randn(8, 4, device=device_type)).float().pow(2).mean()
+    before = model.weight.detach().clone()
+    scaler.scale(loss).backward()
+    scaler.step(opt)
+    scaler.update()
+    assert scaler.get_scale() == 1024.0
+    assert not torch.equal(before.cpu(), model.weight.detach().cpu())
+    # an inf gradient makes the scaler skip the step and back off
+    model.weight.grad = torch.full_like(model.weight, float("inf"))
+    before = model.weight.detach().clone()
+    scaler.step(opt)
+    scaler.update()
+    assert scaler.get_scale() == 512.0
+    assert torch.equal(before.cpu(), model.weight.detach().cpu())
+
+
+# ---- Custom operators ---------------------------------------------------------------------------
+
+@torch.library.custom_op("torch_hal_test::scaled_sin", mutates_args=(), device_types="cpu")
+def scaled_sin(x: torch.Tensor, scale: float) -> torch.Tensor:
+    assert x.device.type == "cpu"  # only a CPU kernel exists
+    return torch.sin(x) * scale
+
+
+@torch.library.custom_op("torch_hal_test::add_into", mutates_args=("out",), device_types="cpu")
+def add_into(x: torch.Tensor, out: torch.Tensor) -> None:
+    out.add_(x)
+
+
+# The old-style registration: a schema and a CPU kernel only.
+_LIB = torch.library.Library("torch_hal_test", "FRAGMENT")
+_LIB.define("twice(Tensor x) -> Tensor")
+_LIB.impl("twice", lambda x: x * 2, "CPU")
+
+
+def test_custom_op_with_cpu_kernel_only(device_type):
+    x = torch.randn(16, device=device_type)
+    y = scaled_sin(x, 3.0)
+    assert y.device == x.device
+    torch.testing.assert_close(y.cpu(), torch.sin(x.cpu()) * 3.0)
+    out = torch.ones(16, device=device_type)
+    add_into(x, out)
+    torch.testing.assert_close(out.cpu(), x.cpu() + 1)
+    twice = torch.ops.torch_hal_test.twice(x)
+    assert twice.device == x.device and torch.equal(twice.cpu(), x.cpu() * 2)
+
+
+# ---- In-place, out= and views through the fallback -----------------------------------------------
+
+def test_fallback_semantics(device_type, devmod):
+    base = torch.arange(12.0, device=device_type).reshape(3, 4)
+    view = base[:, 1]
+    view.mul_(10)  # in place on a view: the base sees it
+    assert base[:, 1].cpu().tolist() == [10.0, 50.0, 90.0]
+    out = torch.empty(0, device=device_type)
+    torch.add(base, 1, out=out)  # out= with resize
+    assert out.shape == (3, 4) and torch.equal(out.cpu(), base.cpu() + 1)
+    diag = torch.diagonal(base)  # view op: aliases the base
+    assert diag.untyped_storage().data_ptr() == base.untyped_storage().data_ptr()
+    parts = torch.unbind(base)
+    parts[0].zero_()
+    assert base[0].abs().sum().item() == 0
+    vals, idx = base.max(dim=1)
+    assert vals.device.type == device_type and idx.dtype == torch.int64
+    assert torch.equal(vals.cpu(), base.cpu().max(dim=1).values)
+
+
+def test_fallback_is_zero_copy_on_host_addressable_devices(device_type, host_addressable):
+    if not host_addressable:
+        pytest.skip("the device is not host-addressable: the fallback stages through the host")
+    a = torch.randn(1000, device=device_type)
+    torch_hal._C._reset_fallback_stats()
+    b = torch.sin(a)
+    c = a.view(10, 100).t()
+    c.add_(1)
+    stats = torch_hal._C._fallback_stats()
+    assert stats["bytes_staged_in"] == 0 and stats["bytes_staged_out"] == 0
+    assert stats["outputs_copied"] == 0 and stats["outputs_adopted"] >= 1
+    assert b.device.type == device_type
+
+
+# ---- Training ---------------------------------------------------------------------------------
+
+def _train(device, steps=5):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
+                                torch.nn.Linear(32, 4)).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(64, 16, generator=gen).to(device)
+    y = torch.randn(64, 4, generator=gen).to(device)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses, [p.detach().cpu() for p in model.parameters()]
+
+
+def test_training_step_matches_cpu(device_type, backend):
+    cpu_losses, cpu_params = _train("cpu")
+    dev_losses, dev_params = _train(device_type)
+    assert dev_losses[-1] < dev_losses[0]
+    if backend == "cpu":  # the same CPU kernels on the same bits: exactly equal
+        assert dev_losses == cpu_losses
+        for a, b in zip(dev_params, cpu_params):
+            assert torch.equal(a, b)
+    else:
+        torch.testing.assert_close(dev_losses, cpu_losses)
+        for a, b in zip(dev_params, cpu_params):
+            torch.testing.assert_close(a, b)
+
+
+def test_checkpoint_replays_device_rng(device_type, devmod):
+    # torch.utils.checkpoint stashes and restores the device RNG (through torch.<device>) so
+    # that dropout recomputed in backward draws the same mask.
+    layer = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.Dropout(0.5)).to(device_type)
+    for reentrant in (True, False):
+        x = torch.randn(8, 32, device=device_type, requires_grad=True)
+        devmod.manual_seed(11)
+        plain = layer(x).sum()
+        plain.backward()
+        g_plain, x.grad = x.grad, None
+        devmod.manual_seed(11)
+        ckpt = torch.utils.checkpoint.checkpoint(layer, x, use_reentrant=reentrant).sum()
+        ckpt.backward()
+        assert torch.equal(plain.detach().cpu(), ckpt.detach().cpu())
+        assert torch.equal(g_plain.cpu(), x.grad.cpu())
+
+
+def test_torch_accelerator_api(device_type, devmod):
+    acc = torch.accelerator
+    assert acc.is_available() and acc.current_accelerator().type == device_type
+    assert acc.device_count() == devmod.device_count()
+    acc.set_device_index(0)
+    assert acc.current_device_index() == 0
+    s = devmod.Stream()
+    acc.set_stream(s)
+    assert acc.current_stream().stream_id == s.stream_id
+    acc.set_stream(devmod.default_stream())
+    t = torch.empty(1 << 20, device=device_type)
+    acc.synchronize()
+    assert acc.memory_allocated() >= (1 << 20) * 4
+    assert acc.max_memory_allocated() >= acc.memory_allocated()
+    assert acc.memory_reserved() >= acc.memory_allocated()
+    assert acc.memory_stats()["allocation.all.current"] >= 1
+    del t
+    acc.empty_cache()
+    acc.empty_host_cache()
+    free, total = acc.get_memory_info()
+    assert 0 < free <= total
+    with acc.device_index(devmod.device_count() - 1):
+        assert devmod.current_device() == devmod.device_count() - 1
