@@ -23,7 +23,8 @@
  * host-addressable devices, staged through pinned host memory otherwise) and TCP across hosts.
  *
  * Environment: HAL_COMM_BIND (address the bootstrap listens on; default 127.0.0.1),
- * HAL_COMM_TIMEOUT_MS (default timeout when the config gives none; default 300000). */
+ * HAL_COMM_TIMEOUT_MS (default timeout when the config gives none; default 300000),
+ * HAL_COMM_SHM_DISABLE=1 (ranks on one host talk TCP as if on different hosts; for tests). */
 #ifndef HAL_COMM_H
 #define HAL_COMM_H
 

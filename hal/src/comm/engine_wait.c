@@ -1,0 +1,233 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Failure handling of the host collective engine: the sticky status, bounded waits with
+ * backoff, and peer liveness.
+ *
+ * A wait first spins on the word with a pause instruction (a peer on another core answers in
+ * well under a microsecond, and a syscall would cost more than that), then yields the CPU
+ * (ranks may outnumber cores), then sleeps in short steps. Every step checks this rank's abort
+ * flag and the awaited peer's failure word; the clock, the deadline and the peer's process are
+ * only checked once spinning gave up, so the fast path makes no syscall. */
+#include <errno.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "hal/src/comm/engine_impl.h"
+#include "hal/src/core.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define ENG_PAUSE() _mm_pause()
+#elif defined(__aarch64__)
+#define ENG_PAUSE() __asm__ __volatile__("yield" ::: "memory")
+#else
+#define ENG_PAUSE() ((void)0)
+#endif
+
+/* Spins before the first yield (a few microseconds), yielding phase before sleeps, sleep
+ * bounds, and how often a peer's process is checked. */
+#define ENG_SPINS        256u
+#define ENG_YIELD_NS     (2u * 1000u * 1000u)
+#define ENG_SLEEP_MIN_NS (20u * 1000u)
+#define ENG_SLEEP_MAX_NS (500u * 1000u)
+#define ENG_LIVENESS_NS  (5u * 1000u * 1000u)
+
+uint64_t eng_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+hal_status_t eng_fail(hal_engine_comm_t *c, hal_status_t st, const char *call, const char *fmt, ...)
+{
+    char detail[ENG_MESSAGE_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof(detail), fmt, ap);
+    va_end(ap);
+    uint32_t expected = HAL_OK;
+    if (__atomic_compare_exchange_n(&c->status, &expected, (uint32_t)st, false, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE)) {
+        pthread_mutex_lock(&c->message_lock);
+        snprintf(c->message, sizeof(c->message), "%.40s: %.440s", call, detail);
+        pthread_mutex_unlock(&c->message_lock);
+        /* Peers waiting on this rank stop at once instead of running into their timeout. */
+        eng_publish_state(c, (uint64_t)st);
+        return hal_error(st, "hal", call, "%s", detail);
+    }
+    /* An earlier failure (or an abort) won: report it, it is what the communicator is now. */
+    return eng_sticky(c, call);
+}
+
+void eng_publish_state(hal_engine_comm_t *c, uint64_t state)
+{
+    if (!c->me)
+        return;
+    uint64_t zero = 0;
+    if (__atomic_load_n(&c->me->state.v, __ATOMIC_ACQUIRE))
+        return;
+    __atomic_store_n(&c->me->state.seq, __atomic_load_n(&c->seq_done, __ATOMIC_ACQUIRE) + 1,
+                     __ATOMIC_RELAXED);
+    __atomic_compare_exchange_n(&c->me->state.v, &zero, state, false, __ATOMIC_SEQ_CST,
+                                __ATOMIC_SEQ_CST);
+}
+
+uint64_t eng_peer_failed_in(const hal_engine_comm_t *c, int p, uint64_t seq)
+{
+    const eng_state_t *s = &c->peers[p].ctrl->state;
+    uint64_t v = __atomic_load_n(&s->v, __ATOMIC_SEQ_CST);
+    if (!v || __atomic_load_n(&s->seq, __ATOMIC_RELAXED) > seq)
+        return 0;
+    return v;
+}
+
+hal_status_t eng_sticky(hal_engine_comm_t *c, const char *call)
+{
+    hal_status_t st = (hal_status_t)__atomic_load_n(&c->status, __ATOMIC_ACQUIRE);
+    if (st == HAL_OK)
+        return HAL_OK;
+    char message[ENG_MESSAGE_MAX];
+    pthread_mutex_lock(&c->message_lock);
+    memcpy(message, c->message, sizeof(message));
+    pthread_mutex_unlock(&c->message_lock);
+    return hal_error(st, "hal", call, "the communicator failed earlier and is unusable (%s)",
+                     message);
+}
+
+bool eng_process_gone(int pid, int pidfd)
+{
+    if (pidfd >= 0) {
+        struct pollfd p = { .fd = pidfd, .events = POLLIN };
+        return poll(&p, 1, 0) > 0;
+    }
+    if (kill(pid, 0) != 0 && errno == ESRCH)
+        return true;
+    /* An exited child its parent has not reaped yet still answers kill(): read its state. */
+    char path[64], buf[256];
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return errno == ENOENT;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *paren = strrchr(buf, ')');
+    return paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
+}
+
+hal_status_t eng_fail_peer(hal_engine_comm_t *c, const eng_backoff_t *b, const char *call,
+                           const char *what)
+{
+    int peer = b->failed_peer;
+    if (b->peer_died)
+        return eng_fail(c, HAL_ERROR_REMOTE, call,
+                        "rank %d (pid %d) died while this rank waited for %s", peer,
+                        c->peers[peer].pid, what);
+    if (b->peer_state == ENG_STATE_GONE)
+        return eng_fail(c, HAL_ERROR_REMOTE, call,
+                        "rank %d destroyed its communicator while this rank waited for %s", peer,
+                        what);
+    return eng_fail(c, HAL_ERROR_REMOTE, call, "rank %d failed (%s) while this rank waited for %s",
+                    peer, hal_status_string((hal_status_t)b->peer_state), what);
+}
+
+hal_status_t eng_check_peer(hal_engine_comm_t *c, eng_backoff_t *b, int peer)
+{
+    if (c->tcp || peer < 0 || peer == c->rank)
+        return HAL_OK;
+    const eng_peer_t *p = &c->peers[peer];
+    uint64_t state = __atomic_load_n(&p->ctrl->state.v, __ATOMIC_ACQUIRE);
+    bool died = false;
+    if (!state && p->watch && b->start_ns && eng_now_ns() >= b->next_check_ns)
+        died = eng_process_gone(p->pid, p->pidfd);
+    if (!state && !died)
+        return HAL_OK;
+    b->failed_peer = peer;
+    b->peer_state = state;
+    b->peer_died = died;
+    return ENG_PEER_STOPPED;
+}
+
+hal_status_t eng_backoff(hal_engine_comm_t *c, eng_backoff_t *b, int peer, const char *call,
+                         const char *what)
+{
+    if (__atomic_load_n(&c->aborted, __ATOMIC_RELAXED))
+        return eng_fail(c, HAL_ERROR_ABORTED, call, "aborted on this rank (while waiting for %s)",
+                        what);
+    hal_status_t st = eng_check_peer(c, b, peer);
+    if (st != HAL_OK)
+        return st; /* not latched: the caller looks at its condition once more */
+    if (b->spins < ENG_SPINS) {
+        b->spins++;
+        ENG_PAUSE();
+        return HAL_OK;
+    }
+    uint64_t now = eng_now_ns();
+    if (!b->start_ns) {
+        b->start_ns = now;
+        b->next_check_ns = now + ENG_LIVENESS_NS;
+        return HAL_OK;
+    }
+    if (now >= b->next_check_ns)
+        b->next_check_ns = now + ENG_LIVENESS_NS; /* eng_check_peer just looked */
+    uint64_t waited = now - b->start_ns;
+    if (waited >= (uint64_t)c->timeout_ms * 1000000u) {
+        if (peer >= 0 && !c->tcp)
+            return eng_fail(c, HAL_ERROR_TIMEOUT, call,
+                            "rank %d (pid %d) stopped answering for %u ms (waiting for %s)", peer,
+                            c->peers[peer].pid, c->timeout_ms, what);
+        return eng_fail(c, HAL_ERROR_TIMEOUT, call, "no progress for %u ms (waiting for %s)",
+                        c->timeout_ms, what);
+    }
+    if (waited < ENG_YIELD_NS) {
+        sched_yield();
+    } else {
+        uint64_t ns = (waited - ENG_YIELD_NS) / 8;
+        ns = ns < ENG_SLEEP_MIN_NS   ? ENG_SLEEP_MIN_NS
+             : ns > ENG_SLEEP_MAX_NS ? ENG_SLEEP_MAX_NS
+                                     : ns;
+        struct timespec ts = { 0, (long)ns };
+        nanosleep(&ts, NULL);
+    }
+    return HAL_OK;
+}
+
+hal_status_t eng_wait_slow(hal_engine_comm_t *c, const uint64_t *word, uint64_t target, int peer,
+                           const char *call, const char *what)
+{
+    eng_backoff_t b = { 0 };
+    for (;;) {
+        if (eng_load(word) >= target)
+            return HAL_OK;
+        hal_status_t st = eng_backoff(c, &b, peer, call, what);
+        if (st == ENG_PEER_STOPPED) {
+            /* The peer stopped, possibly right after doing what this rank waits for (it
+             * publishes progress before its failure word, and a finished peer may exit). */
+            if (eng_load(word) >= target)
+                return HAL_OK;
+            return eng_fail_peer(c, &b, call, what);
+        }
+        if (st != HAL_OK)
+            return st;
+    }
+}
+
+hal_status_t eng_sync(hal_engine_comm_t *c, bool wait_all, const char *call, const char *what)
+{
+    uint64_t k = ++c->syncs;
+    /* Sequentially consistent: a rank that fails after this point checks for it (drain). */
+    __atomic_store_n(&c->me->sync.v, k, __ATOMIC_SEQ_CST);
+    if (!wait_all)
+        return HAL_OK;
+    for (int p = 0; p < c->nranks; p++) {
+        if (p == c->rank)
+            continue;
+        HAL_CHECK(eng_wait(c, &c->peers[p].ctrl->sync.v, k, p, call, what));
+    }
+    return HAL_OK;
+}
