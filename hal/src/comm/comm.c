@@ -57,12 +57,24 @@ hal_status_t hal_comm_get_unique_id(uint32_t flags, hal_unique_id_t *id)
     return hal_bootstrap_new_id(flags, timeout, id);
 }
 
+/* async_error and init_done are written under the lock but read without it on the hot path
+ * (hal_comm_sticky, hal_comm_wait_init), hence the atomic accesses. */
+static void set_async_error(struct hal_comm_s *comm, hal_status_t st)
+{
+    __atomic_store_n(&comm->async_error, st, __ATOMIC_RELEASE);
+}
+
+static hal_status_t get_async_error(struct hal_comm_s *comm)
+{
+    return __atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE);
+}
+
 void hal_comm_latch(struct hal_comm_s *comm, hal_status_t st)
 {
     pthread_mutex_lock(&comm->lock);
     if (comm->async_error == HAL_OK || comm->async_error == HAL_IN_PROGRESS) {
-        comm->async_error = st;
         snprintf(comm->message, sizeof(comm->message), "%s", hal_last_error_message());
+        set_async_error(comm, st);
     }
     pthread_cond_broadcast(&comm->cond);
     pthread_mutex_unlock(&comm->lock);
@@ -70,6 +82,9 @@ void hal_comm_latch(struct hal_comm_s *comm, hal_status_t st)
 
 hal_status_t hal_comm_sticky(struct hal_comm_s *comm, const char *call)
 {
+    hal_status_t fast = get_async_error(comm);
+    if (HAL_LIKELY(fast == HAL_OK || fast == HAL_IN_PROGRESS))
+        return HAL_OK;
     pthread_mutex_lock(&comm->lock);
     hal_status_t st = comm->async_error;
     char message[HAL_COMM_MESSAGE_MAX];
@@ -83,6 +98,8 @@ hal_status_t hal_comm_sticky(struct hal_comm_s *comm, const char *call)
 
 hal_status_t hal_comm_wait_init(struct hal_comm_s *comm)
 {
+    if (HAL_LIKELY(__atomic_load_n(&comm->init_done, __ATOMIC_ACQUIRE)))
+        return get_async_error(comm);
     pthread_mutex_lock(&comm->lock);
     while (!comm->init_done)
         pthread_cond_wait(&comm->cond, &comm->lock);
@@ -93,17 +110,19 @@ hal_status_t hal_comm_wait_init(struct hal_comm_s *comm)
 
 void hal_comm_job_started(struct hal_comm_s *comm)
 {
-    pthread_mutex_lock(&comm->lock);
-    comm->pending++;
-    pthread_mutex_unlock(&comm->lock);
+    __atomic_fetch_add(&comm->pending, 1, __ATOMIC_SEQ_CST);
 }
 
+/* Wakes wait_idle only when it waits: the pending count and the waiter count are each written
+ * before the other is read (sequentially consistent), so one side always sees the other. */
 void hal_comm_job_finished(struct hal_comm_s *comm)
 {
-    pthread_mutex_lock(&comm->lock);
-    comm->pending--;
-    pthread_cond_broadcast(&comm->cond);
-    pthread_mutex_unlock(&comm->lock);
+    if (__atomic_sub_fetch(&comm->pending, 1, __ATOMIC_SEQ_CST) == 0 &&
+        __atomic_load_n(&comm->idle_waiters, __ATOMIC_SEQ_CST) > 0) {
+        pthread_mutex_lock(&comm->lock);
+        pthread_cond_broadcast(&comm->cond);
+        pthread_mutex_unlock(&comm->lock);
+    }
 }
 
 /* ---- IPC for the engine: maps peers' buffers through the backend ---- */
@@ -235,12 +254,12 @@ out_bootstrap:
 static void finish_init(struct hal_comm_s *comm, hal_status_t st)
 {
     pthread_mutex_lock(&comm->lock);
-    comm->init_done = true;
     if (comm->async_error == HAL_IN_PROGRESS || comm->async_error == HAL_OK) {
-        comm->async_error = st;
         if (st != HAL_OK)
             snprintf(comm->message, sizeof(comm->message), "%s", hal_last_error_message());
+        set_async_error(comm, st);
     }
+    __atomic_store_n(&comm->init_done, true, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&comm->cond);
     pthread_mutex_unlock(&comm->lock);
 }
@@ -323,7 +342,7 @@ hal_status_t hal_comm_init(const hal_unique_id_t *id, int nranks, int rank, hal_
         }
         comm->init_done = true;
     } else {
-        comm->async_error = HAL_IN_PROGRESS;
+        comm->async_error = HAL_IN_PROGRESS; /* nobody else sees the object yet */
         if (pthread_create(&comm->init_thread, NULL, init_thread_main, comm) != 0) {
             release_comm(comm);
             return hal_error(HAL_ERROR_OUT_OF_HOST_MEMORY, ops->name, call,
@@ -384,8 +403,10 @@ hal_status_t hal_comm_get_native_handle(hal_comm_t comm, uintptr_t *native)
 static void wait_idle(struct hal_comm_s *comm)
 {
     pthread_mutex_lock(&comm->lock);
-    while (comm->pending > 0)
+    __atomic_fetch_add(&comm->idle_waiters, 1, __ATOMIC_SEQ_CST);
+    while (__atomic_load_n(&comm->pending, __ATOMIC_SEQ_CST) > 0)
         pthread_cond_wait(&comm->cond, &comm->lock);
+    __atomic_fetch_sub(&comm->idle_waiters, 1, __ATOMIC_SEQ_CST);
     pthread_mutex_unlock(&comm->lock);
 }
 
@@ -402,9 +423,9 @@ static void abort_comm(struct hal_comm_s *comm)
 {
     pthread_mutex_lock(&comm->lock);
     if (comm->async_error == HAL_OK || comm->async_error == HAL_IN_PROGRESS) {
-        comm->async_error = HAL_ERROR_ABORTED;
         snprintf(comm->message, sizeof(comm->message), "%s: hal_comm_abort was called",
                  comm->ops->name);
+        set_async_error(comm, HAL_ERROR_ABORTED);
     }
     /* The bootstrap and engine are set by the init (possibly still running on its thread);
      * aborting the bootstrap unblocks a rendezvous in progress. Under the lock: see PUBLISH. */

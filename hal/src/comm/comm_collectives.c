@@ -324,7 +324,9 @@ static hal_status_t enqueue_host(comm_call_t *calls, size_t n)
     hal_status_t st = HAL_OK;
     for (size_t i = 0; i < n; i++) {
         job->ops[i] = calls[i].op;
-        if (comm->use_ipc)
+        /* The engine may still be starting (non-blocking init): then export to be safe. */
+        hal_engine_comm_t *engine = __atomic_load_n(&comm->engine, __ATOMIC_ACQUIRE);
+        if (comm->use_ipc && (!engine || hal_engine_wants_ipc(engine, &job->ops[i])))
             export_ipc(comm, &calls[i], &job->ops[i]);
         if (stages) {
             st = stage_in(&calls[i], &job->ops[i], &stages[i]);

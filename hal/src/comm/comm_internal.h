@@ -37,14 +37,15 @@ struct hal_comm_s {
     void *native;            /* the backend's communicator, when it has comm_init */
     hal_allocator_t staging; /* pinned staging for devices the host cannot address */
 
-    pthread_mutex_t lock; /* guards everything below */
+    pthread_mutex_t lock; /* guards everything below (some fields also read atomically) */
     pthread_cond_t cond;
     hal_status_t async_error; /* HAL_IN_PROGRESS while a non-blocking init runs */
     char message[HAL_COMM_MESSAGE_MAX];
     bool init_done;
     bool has_init_thread;
     pthread_t init_thread;
-    uint64_t pending; /* host jobs enqueued and not finished */
+    uint64_t pending;      /* host jobs enqueued and not finished (atomic) */
+    uint32_t idle_waiters; /* threads in wait_idle (atomic) */
     comm_ipc_mapping_t *mappings;
     size_t mapping_count, mapping_capacity;
 };

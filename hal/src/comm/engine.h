@@ -85,6 +85,12 @@ void hal_engine_abort(hal_engine_comm_t *comm);
 /* Frees everything (segments unlinked). The caller made sure no hal_engine_run is in flight. */
 void hal_engine_destroy(hal_engine_comm_t *comm);
 
+/* Whether the engine would map peers' buffers through IPC handles for this operation (ranks in
+ * other processes on this host, and too large for the small path). The caller exports handles
+ * only then: exporting costs more than a small collective. The answer depends only on the
+ * communicator and the operation's kind, count and type, so every rank decides alike. */
+bool hal_engine_wants_ipc(const hal_engine_comm_t *comm, const hal_engine_op_t *op);
+
 /* Whether (dtype, op) can be reduced by the engine; fp8 types need the caller's capability
  * check. Pure function, used by the front end to reject calls synchronously. */
 bool hal_engine_supports(hal_dtype_t dtype, hal_redop_t op);

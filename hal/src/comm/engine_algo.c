@@ -672,6 +672,21 @@ hal_status_t eng_local_collective(hal_engine_comm_t *c, const hal_engine_op_t *o
     return st;
 }
 
+bool hal_engine_wants_ipc(const hal_engine_comm_t *c, const hal_engine_op_t *op)
+{
+    if (!c->has_ipc || !c->multi_process || c->tcp)
+        return false;
+    if (op->kind == HAL_ENGINE_SEND || op->kind == HAL_ENGINE_RECV)
+        return true;
+    if (op->kind == HAL_ENGINE_BARRIER)
+        return false;
+    eng_coll_t x = { .op = op, .esize = eng_dtype_size(op->dtype), .n = c->nranks };
+    x.bytes = op->count * x.esize;
+    /* Without handles such an operation takes the small path on every rank (see wants_small). */
+    size_t payload = small_payload(&x);
+    return payload > ENG_SLOT_BYTES || payload * (size_t)x.n > ENG_SMALL_TOTAL;
+}
+
 static hal_status_t local_collective(hal_engine_comm_t *c, const hal_engine_op_t *op)
 {
     eng_coll_t x = {
