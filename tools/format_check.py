@@ -8,11 +8,13 @@ file so the check counts in the test summary. Exits 1 if any file needs formatti
 import argparse
 import subprocess
 import sys
-from xml.sax.saxutils import quoteattr
+
+import junit
 
 
 def tracked_sources():
-    out = subprocess.run(["git", "ls-files", "*.c", "*.h", "*.cc", "*.cpp"],
+    out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard",
+                          "*.c", "*.h", "*.cc", "*.cpp"],
                          check=True, capture_output=True, text=True).stdout
     return [line for line in out.splitlines() if line]
 
@@ -29,16 +31,10 @@ def main():
         if result.returncode != 0:
             bad.append(path)
     if args.junit:
-        with open(args.junit, "w") as f:
-            f.write('<?xml version="1.0" encoding="UTF-8"?>\n')
-            f.write(f'<testsuites><testsuite name="clang-format" tests="{len(files)}" '
-                    f'failures="{len(bad)}">\n')
-            for path in files:
-                f.write(f'<testcase classname="clang-format" name={quoteattr(path)}>')
-                if path in bad:
-                    f.write('<failure message="needs clang-format (make format)"/>')
-                f.write('</testcase>\n')
-            f.write('</testsuite></testsuites>\n')
+        junit.write(args.junit, "clang-format",
+                    [junit.Case(path, "fail" if path in bad else "pass",
+                                "needs clang-format (make format)" if path in bad else "")
+                     for path in files])
     if bad:
         print("clang-format: these files need formatting (make format):")
         print("\n".join(bad))
