@@ -373,6 +373,7 @@ CTS_AREA(status)
 CTS_AREA(handles)
 CTS_AREA(threads)
 CTS_AREA(allocator)
+CTS_AREA(comm)
 #undef CTS_AREA
 
 #define CTS_TEST(area, name)      \
@@ -400,6 +401,7 @@ CTS_INSTANTIATE(status);
 CTS_INSTANTIATE(handles);
 CTS_INSTANTIATE(threads);
 CTS_INSTANTIATE(allocator);
+CTS_INSTANTIATE(comm);
 #undef CTS_INSTANTIATE
 
 } // namespace cts
@@ -624,6 +626,9 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++)
         if (std::strncmp(argv[i], "--cts-probe-open=", 17) == 0)
             return Probe(argv[i] + 17);
+    // Child mode of the collectives tests: one rank of a job (conformance/src/comm_rank.c).
+    if (argc > 1 && std::strncmp(argv[1], "--cts-comm-rank=", 16) == 0)
+        return cts_comm_rank_main(argc, argv);
 
     const char *env_backends = std::getenv("HAL_BACKENDS");
     std::string backends =

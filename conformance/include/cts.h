@@ -58,6 +58,10 @@ typedef struct cts_ctx {
 #include "conformance/cts_tests.inc"
 #undef CTS_TEST
 
+/* Child mode of the collectives tests: runs one rank of a job started by the comm area and
+ * returns the process's exit status (conformance/src/comm_rank.c). */
+int cts_comm_rank_main(int argc, char **argv);
+
 /* ---- Implemented by the harness --------------------------------------------------------------
  * Records a failure of the running test; callable from any thread. */
 void cts_harness_report(const char *file, int line, const char *message);
@@ -79,6 +83,8 @@ int cts_expect_status2(hal_status_t got, hal_status_t expected1, hal_status_t ex
 #define CTS_EXPECT_STATUS(call, expected) \
     cts_expect_status((call), (expected), __FILE__, __LINE__, #call)
 #define CTS_EXPECT_OK(call) CTS_EXPECT_STATUS(call, HAL_OK)
+#define CTS_EXPECT_STATUS2(call, expected1, expected2) \
+    cts_expect_status2((call), (expected1), (expected2), __FILE__, __LINE__, #call)
 
 #define CTS_CHECK(cond)        \
     do {                       \
