@@ -27,12 +27,16 @@ typedef struct hal_object {
     uint32_t dead_type; /* the magic it had before it was destroyed (for messages) */
 } hal_object_t;
 
+struct hal_layer_inst;
+
 struct hal_backend_s {
     hal_object_t obj;
-    const hal_backend_ops_t *ops; /* full-size copy of the backend's table */
+    const hal_backend_ops_t *ops; /* full-size copy of the backend's table, or the outermost
+                                     layer's (hal/layers/layer.h) */
     void *impl;
-    bool validate; /* HAL_LAYERS=validation */
-    int refcount;  /* guarded by the loader's lock */
+    bool validate;                 /* HAL_LAYERS=validation */
+    struct hal_layer_inst *layers; /* the outermost layer of the chain, or NULL */
+    int refcount;                  /* guarded by the loader's lock */
     void *dl;
     char *path; /* resolved library path, identifies the instance */
     hal_backend_ops_t ops_storage;

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "hal/layers/layer.h"
 #include "hal/src/core.h"
 
 _Static_assert(sizeof(struct hal_backend_s) <= HAL_HANDLE_MAX_SIZE, "handle size");
@@ -220,29 +221,6 @@ out_close:
     return st;
 }
 
-/* Parses HAL_LAYERS. */
-static hal_status_t parse_layers(bool *validate)
-{
-    *validate = false;
-    const char *env = getenv("HAL_LAYERS");
-    if (!env || !*env)
-        return HAL_OK;
-    char copy[256];
-    if (strlen(env) >= sizeof(copy))
-        return hal_error(HAL_ERROR_INVALID_ARGUMENT, NULL, "hal_backend_open",
-                         "HAL_LAYERS is too long");
-    snprintf(copy, sizeof(copy), "%s", env);
-    char *save = NULL;
-    for (char *tok = strtok_r(copy, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
-        if (strcmp(tok, "validation") == 0)
-            *validate = true;
-        else
-            return hal_error(HAL_ERROR_INVALID_ARGUMENT, NULL, "hal_backend_open",
-                             "unknown layer '%s' in HAL_LAYERS (known: validation)", tok);
-    }
-    return HAL_OK;
-}
-
 hal_status_t hal_backend_open(const char *name_or_path, hal_backend_t *out)
 {
     static const char call[] = "hal_backend_open";
@@ -251,8 +229,8 @@ hal_status_t hal_backend_open(const char *name_or_path, hal_backend_t *out)
                          out ? "name_or_path" : "backend");
     if (strlen(name_or_path) >= PATH_MAX)
         return hal_error(HAL_ERROR_INVALID_ARGUMENT, NULL, call, "path too long");
-    bool validate;
-    HAL_CHECK(parse_layers(&validate));
+    hal_layer_list_t layers;
+    HAL_CHECK(hal_layers_parse(getenv("HAL_LAYERS"), &layers));
     pthread_once(&atfork_once, install_atfork);
 
     hal_status_t st;
@@ -286,7 +264,7 @@ hal_status_t hal_backend_open(const char *name_or_path, hal_backend_t *out)
     memcpy(&b->ops_storage, table, n);
     b->ops_storage.struct_size = sizeof(b->ops_storage);
     b->ops = &b->ops_storage;
-    b->validate = validate;
+    b->validate = layers.validation;
     b->refcount = 1;
     b->dl = dl;
     b->path = strdup(real);
@@ -305,6 +283,9 @@ hal_status_t hal_backend_open(const char *name_or_path, hal_backend_t *out)
         hal_backend_error(st, b->ops, call);
         goto out_release;
     }
+    /* On failure the chain has finished the backend. */
+    if (layers.count > 0)
+        HAL_CHECK_GOTO(hal_layers_install(b, &layers, &host_services), st, out_release);
     HAL_CHECK_GOTO(hal_device_open_all(b), st, out_fini);
     b->next_open = open_backends;
     open_backends = b;

@@ -23,10 +23,12 @@ hal_status_t hal_get_api_version(uint32_t *version);
  * [out] backend       receives the handle.
  * Opening a backend that is already open returns the same handle and counts a reference;
  * every successful open needs one hal_backend_close.
- * Layers named in HAL_LAYERS (comma-separated; "validation") are enabled on the first open.
+ * Layers named in HAL_LAYERS (comma-separated; "validation", "trace", "faults"; see
+ * hal/layers/README.md) are enabled on the first open.
  * Returns: HAL_OK; HAL_ERROR_INVALID_ARGUMENT (NULL or empty argument, name too long, bad
- * HAL_LAYERS); HAL_ERROR_NOT_FOUND (no such library, or no entry symbol);
- * HAL_ERROR_PERMISSION_DENIED (the library or its directory is world-writable);
+ * HAL_LAYERS, HAL_FAULTS or HAL_TRACE_FILE); HAL_ERROR_NOT_FOUND (no such library, no entry
+ * symbol, or no directory for HAL_TRACE_FILE); HAL_ERROR_PERMISSION_DENIED (the library or its
+ * directory is world-writable, or the trace layer refuses HAL_TRACE_FILE);
  * HAL_ERROR_VERSION_MISMATCH (the backend implements another major version); any status the
  * backend's initialisation returns (e.g. HAL_ERROR_DEVICE_LOST).
  * Thread safety: safe. */

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hal/layers/layer.h"
 #include "hal/src/comm/comm_internal.h"
 
 static const char *const kind_names[] = {
@@ -227,11 +228,34 @@ static hal_status_t run_job(void *arg, hal_status_t stream_status)
         hal_comm_latch(comm, st);
         hal_engine_abort(comm->engine);
     }
+    /* Layers (HAL_LAYERS) see the collective here, where it runs; one that fails it (an injected
+     * fault) fails it for this rank, and its peers learn it from the abort. */
+    struct hal_backend_s *backend = comm->device->backend;
+    const hal_engine_op_t *first = &job->ops[0];
+    hal_host_collective_t layer_info = { .name = call,
+                                         .ops = job->n,
+                                         .rank = comm->rank,
+                                         .nranks = comm->nranks,
+                                         .device_index = comm->device->index,
+                                         .device = comm->device->impl,
+                                         .count = first->count,
+                                         .dtype = first->dtype,
+                                         .op = first->op,
+                                         .root = first->root };
+    if (st == HAL_OK && backend->layers) {
+        st = hal_layers_collective_begin(backend, &layer_info);
+        if (st != HAL_OK) {
+            hal_comm_latch(comm, st);
+            hal_engine_abort(comm->engine);
+        }
+    }
     if (st == HAL_OK) {
         st = hal_engine_run(comm->engine, job->ops, job->n);
         if (st != HAL_OK)
             hal_comm_latch(comm, st);
     }
+    if (backend->layers)
+        hal_layers_collective_end(backend, &layer_info, st);
     if (st != HAL_OK)
         hal_host_set_error("%s", hal_last_error_message()); /* kept with the stream's error */
     free(job);
