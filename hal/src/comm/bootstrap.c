@@ -1654,6 +1654,34 @@ static hal_status_t bs_get_conn(hal_bootstrap_t *b, int peer, int64_t deadline, 
     }
 }
 
+/* The peer listener's verdict on AUTH2, given the AUTH1 it sent: BS_AUTH_DENIED unless the
+ * connector proved the secret; BS_AUTH_CONFLICT unless it is the process this rank's table names
+ * for a lower rank whose connection is not set up yet; else BS_AUTH_OK with *c_rank. Reads only
+ * its arguments, the table and the connection's state (the fuzzing target drives it directly). */
+static uint32_t bs_accept_verify(hal_bootstrap_t *b, const uint8_t a1[BS_AUTH1_BYTES],
+                                 const uint8_t a2[BS_AUTH2_BYTES], uint32_t *c_rank)
+{
+    uint8_t c_inst[BS_INSTANCE_BYTES], a_inst[BS_INSTANCE_BYTES];
+    uint32_t a_rank = 0, status = BS_AUTH_OK;
+    if (!bs_auth2_verify(b->secret, a1, a2, BS_KIND_PEER, c_rank, &a_rank, c_inst, a_inst)) {
+        status = BS_AUTH_DENIED;
+    } else if (a_rank != (uint32_t)b->rank ||
+               !hal_bootstrap_equal_ct(a_inst, b->instance, BS_INSTANCE_BYTES) ||
+               *c_rank >= (uint32_t)b->rank ||
+               !hal_bootstrap_equal_ct(c_inst, b->entries[*c_rank].instance, BS_INSTANCE_BYTES)) {
+        /* Knows the secret, but is not the process our table names for that rank (a rank claimed
+         * twice), or breaks the rule that the lower rank connects. */
+        status = BS_AUTH_CONFLICT;
+    } else {
+        bs_conn_t *c = &b->conns[*c_rank];
+        pthread_mutex_lock(&c->mu);
+        if (c->fd >= 0 || c->failed != HAL_OK)
+            status = BS_AUTH_CONFLICT;
+        pthread_mutex_unlock(&c->mu);
+    }
+    return status;
+}
+
 /* Accept thread: authenticates one incoming connection and installs it for its rank. Failures only
  * close the socket: a stranger must not be able to fail this rank. */
 static void bs_accept_peer(hal_bootstrap_t *b, int fd)
@@ -1661,30 +1689,14 @@ static void bs_accept_peer(hal_bootstrap_t *b, int fd)
     uint32_t limit = b->timeout_ms < BS_HANDSHAKE_MS ? b->timeout_ms : BS_HANDSHAKE_MS;
     int64_t deadline = bs_now_ms() + limit;
     uint8_t a1[BS_AUTH1_BYTES], a2[BS_AUTH2_BYTES], a3[BS_AUTH3_BYTES];
-    uint8_t c_inst[BS_INSTANCE_BYTES], a_inst[BS_INSTANCE_BYTES];
-    uint32_t c_rank = 0, a_rank = 0, status = BS_AUTH_OK;
+    uint32_t c_rank = 0, status;
     int err, one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     if (bs_auth1_make(BS_KIND_PEER, a1) != 0 ||
         bs_io(b->wake_fd, fd, a1, sizeof(a1), true, deadline, &err) != HAL_OK ||
         bs_io(b->wake_fd, fd, a2, sizeof(a2), false, deadline, &err) != HAL_OK)
         goto out_close;
-    if (!bs_auth2_verify(b->secret, a1, a2, BS_KIND_PEER, &c_rank, &a_rank, c_inst, a_inst)) {
-        status = BS_AUTH_DENIED;
-    } else if (a_rank != (uint32_t)b->rank ||
-               !hal_bootstrap_equal_ct(a_inst, b->instance, BS_INSTANCE_BYTES) ||
-               c_rank >= (uint32_t)b->rank ||
-               !hal_bootstrap_equal_ct(c_inst, b->entries[c_rank].instance, BS_INSTANCE_BYTES)) {
-        /* Knows the secret, but is not the process our table names for that rank (a rank claimed
-         * twice), or breaks the rule that the lower rank connects. */
-        status = BS_AUTH_CONFLICT;
-    } else {
-        bs_conn_t *c = &b->conns[c_rank];
-        pthread_mutex_lock(&c->mu);
-        if (c->fd >= 0 || c->failed != HAL_OK)
-            status = BS_AUTH_CONFLICT;
-        pthread_mutex_unlock(&c->mu);
-    }
+    status = bs_accept_verify(b, a1, a2, &c_rank);
     bs_auth3_make(b->secret, a1, a2, status, a3);
     if (bs_io(b->wake_fd, fd, a3, sizeof(a3), true, deadline, &err) != HAL_OK ||
         status != BS_AUTH_OK)
@@ -1801,12 +1813,75 @@ static hal_status_t bs_check_table_entry(hal_bootstrap_t *b, int r, const bs_ent
     return HAL_OK;
 }
 
+/* Reads the root's answer to this rank's HELLO on fd: the table of every rank's entry (checked,
+ * and stored in b->entries), or the root's reason for failing the job. Waits until the deadline,
+ * then a little longer for the root's own report of a timeout. Reads only fd (the fuzzing target
+ * drives it over a socket pair). Returns HAL_OK or an error (message set). */
+static hal_status_t bs_read_root_reply(hal_bootstrap_t *b, int fd, int64_t deadline,
+                                       const char *who, const char *call)
+{
+    char what[96];
+    uint8_t hdr[BS_HEADER_BYTES];
+    int err = 0;
+    hal_status_t st;
+    snprintf(what, sizeof(what), "waiting for all %d ranks to join", b->nranks);
+    /* The root reports a failed rendezvous (saying how many ranks are missing) when its own
+     * deadline passes, which is at or just before ours: give that report a moment to arrive. */
+    int64_t table_deadline = deadline + BS_ROOT_GRACE_MS;
+    st = bs_wait(b->wake_fd, fd, POLLIN, deadline);
+    if (st == HAL_ERROR_TIMEOUT)
+        st = bs_wait(b->wake_fd, fd, POLLIN, table_deadline);
+    if (st == HAL_OK)
+        st = bs_io(b->wake_fd, fd, hdr, sizeof(hdr), false, table_deadline, &err);
+    if (st != HAL_OK)
+        return bs_io_error(st, err, call, b->timeout_ms, what, who);
+    uint32_t type = get32(hdr), tag = get32(hdr + 4);
+    uint64_t size = get64(hdr + 8);
+    if (type == BS_FRAME_ERROR && size <= BS_ERROR_TEXT_MAX) {
+        char text[BS_ERROR_TEXT_MAX + 1];
+        st = bs_io(b->wake_fd, fd, text, (size_t)size, false, table_deadline, &err);
+        if (st != HAL_OK)
+            return bs_io_error(st, err, call, b->timeout_ms, "reading the root's error", who);
+        text[size] = '\0';
+        st = (hal_status_t)tag;
+        if (st != HAL_ERROR_INVALID_ARGUMENT && st != HAL_ERROR_TIMEOUT &&
+            st != HAL_ERROR_OUT_OF_HOST_MEMORY)
+            st = HAL_ERROR_REMOTE;
+        return hal_error(st, NULL, call, "%s: %s", who, text);
+    }
+    if (type != BS_FRAME_TABLE || size != (uint64_t)b->nranks * BS_ENTRY_BYTES)
+        return hal_error(
+            HAL_ERROR_REMOTE, NULL, call,
+            "%s sent an unexpected frame (type %u, %llu bytes) instead of the table of %d ranks",
+            who, type, (unsigned long long)size, b->nranks);
+    for (int r = 0; r < b->nranks; r++) {
+        uint8_t raw[BS_ENTRY_BYTES];
+        bs_entry_t e;
+        st = bs_io(b->wake_fd, fd, raw, sizeof(raw), false, table_deadline, &err);
+        if (st != HAL_OK)
+            return bs_io_error(st, err, call, b->timeout_ms, "reading the table of ranks", who);
+        const char *why = bs_entry_decode(raw, &e);
+        if (why != NULL)
+            return hal_error(HAL_ERROR_REMOTE, NULL, call,
+                             "%s sent a malformed entry for rank %d: %s", who, r, why);
+        st = bs_check_table_entry(b, r, &e, call);
+        if (st != HAL_OK)
+            return st;
+        if (r == b->rank && !hal_bootstrap_equal_ct(e.instance, b->instance, BS_INSTANCE_BYTES))
+            return hal_error(HAL_ERROR_INVALID_ARGUMENT, NULL, call,
+                             "the table gives rank %d to another process (was it claimed twice?)",
+                             r);
+        b->entries[r] = e;
+    }
+    return HAL_OK;
+}
+
 /* Rendezvous through the root: hello, then the table (or the root's reason for failing). */
 static hal_status_t bs_rendezvous_root(hal_bootstrap_t *b, int64_t deadline, const char *call)
 {
-    char where[80], who[120], what[96];
+    char where[80], who[120];
     uint8_t zero[BS_INSTANCE_BYTES] = { 0 };
-    uint8_t hello[BS_HEADER_BYTES + BS_ENTRY_BYTES], hdr[BS_HEADER_BYTES];
+    uint8_t hello[BS_HEADER_BYTES + BS_ENTRY_BYTES];
     bs_entry_t *me = &b->entries[b->rank];
     int fd, err;
     bs_addr_str(&b->root, where, sizeof(where));
@@ -1840,67 +1915,7 @@ static hal_status_t bs_rendezvous_root(hal_bootstrap_t *b, int64_t deadline, con
         st = bs_io_error(st, err, call, b->timeout_ms, "sending this rank's details", who);
         goto out;
     }
-    snprintf(what, sizeof(what), "waiting for all %d ranks to join", b->nranks);
-    /* The root reports a failed rendezvous (saying how many ranks are missing) when its own
-     * deadline passes, which is at or just before ours: give that report a moment to arrive. */
-    int64_t table_deadline = deadline + BS_ROOT_GRACE_MS;
-    st = bs_wait(b->wake_fd, fd, POLLIN, deadline);
-    if (st == HAL_ERROR_TIMEOUT)
-        st = bs_wait(b->wake_fd, fd, POLLIN, table_deadline);
-    if (st == HAL_OK)
-        st = bs_io(b->wake_fd, fd, hdr, sizeof(hdr), false, table_deadline, &err);
-    if (st != HAL_OK) {
-        st = bs_io_error(st, err, call, b->timeout_ms, what, who);
-        goto out;
-    }
-    uint32_t type = get32(hdr), tag = get32(hdr + 4);
-    uint64_t size = get64(hdr + 8);
-    if (type == BS_FRAME_ERROR && size <= BS_ERROR_TEXT_MAX) {
-        char text[BS_ERROR_TEXT_MAX + 1];
-        st = bs_io(b->wake_fd, fd, text, (size_t)size, false, table_deadline, &err);
-        if (st != HAL_OK) {
-            st = bs_io_error(st, err, call, b->timeout_ms, "reading the root's error", who);
-            goto out;
-        }
-        text[size] = '\0';
-        st = (hal_status_t)tag;
-        if (st != HAL_ERROR_INVALID_ARGUMENT && st != HAL_ERROR_TIMEOUT &&
-            st != HAL_ERROR_OUT_OF_HOST_MEMORY)
-            st = HAL_ERROR_REMOTE;
-        st = hal_error(st, NULL, call, "%s: %s", who, text);
-        goto out;
-    }
-    if (type != BS_FRAME_TABLE || size != (uint64_t)b->nranks * BS_ENTRY_BYTES) {
-        st = hal_error(
-            HAL_ERROR_REMOTE, NULL, call,
-            "%s sent an unexpected frame (type %u, %llu bytes) instead of the table of %d ranks",
-            who, type, (unsigned long long)size, b->nranks);
-        goto out;
-    }
-    for (int r = 0; r < b->nranks; r++) {
-        uint8_t raw[BS_ENTRY_BYTES];
-        bs_entry_t e;
-        st = bs_io(b->wake_fd, fd, raw, sizeof(raw), false, table_deadline, &err);
-        if (st != HAL_OK) {
-            st = bs_io_error(st, err, call, b->timeout_ms, "reading the table of ranks", who);
-            goto out;
-        }
-        const char *why = bs_entry_decode(raw, &e);
-        if (why != NULL) {
-            st = hal_error(HAL_ERROR_REMOTE, NULL, call,
-                           "%s sent a malformed entry for rank %d: %s", who, r, why);
-            goto out;
-        }
-        st = bs_check_table_entry(b, r, &e, call);
-        if (st != HAL_OK)
-            goto out;
-        if (r == b->rank && !hal_bootstrap_equal_ct(e.instance, b->instance, BS_INSTANCE_BYTES)) {
-            st = hal_error(HAL_ERROR_INVALID_ARGUMENT, NULL, call,
-                           "the table gives rank %d to another process (was it claimed twice?)", r);
-            goto out;
-        }
-        b->entries[r] = e;
-    }
+    st = bs_read_root_reply(b, fd, deadline, who, call);
 out:
     close(fd);
     return st;
