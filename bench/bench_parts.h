@@ -19,6 +19,11 @@ int bench_mem_run(const bench_options_t *opts, const char *const *backends, int 
 int bench_coll_run(const bench_options_t *opts, const char *const *backends, int nbackends,
                    bench_targets_t *targets);
 
+/* "cuda": the cuda backend against raw CUDA and NCCL (bench_cuda.c; built where the CUDA
+ * toolkit was found, run only when asked for with --part=cuda). */
+int bench_cuda_run(const bench_options_t *opts, const char *const *backends, int nbackends,
+                   bench_targets_t *targets);
+
 /* Options of part "coll" (--no-peers, --peer-dir=DIR, --ranks=LIST): returns 1 when `arg` was
  * one of them, 0 when it was not, -1 when it was malformed (reported on stderr). */
 int bench_coll_option(const char *arg);

@@ -23,13 +23,17 @@ typedef struct part {
     const char *name;
     bench_part_fn run;
     const char *what;
+    bool explicit_only; /* not part of "all" (needs hardware the default run may lack) */
 } part_t;
 
 static const part_t parts[] = {
     { "mem", bench_mem_run,
-      "HAL dispatch overhead, stream latency, copy bandwidth, caching allocator" },
+      "HAL dispatch overhead, stream latency, copy bandwidth, caching allocator", false },
     { "coll", bench_coll_run,
-      "collectives among rank processes, nccl-tests style, vs Open MPI and Gloo" },
+      "collectives among rank processes, nccl-tests style, vs Open MPI and Gloo", false },
+#if HAL_BENCH_WITH_CUDA
+    { "cuda", bench_cuda_run, "the cuda backend vs raw CUDA and NCCL (needs an NVIDIA GPU)", true },
+#endif
 };
 
 #define PART_COUNT ((int)(sizeof(parts) / sizeof(parts[0])))
@@ -148,7 +152,7 @@ int main(int argc, char **argv)
     bool run_part[PART_COUNT] = { false };
     if (strcmp(part_arg, "all") == 0) {
         for (int i = 0; i < PART_COUNT; i++)
-            run_part[i] = true;
+            run_part[i] = !parts[i].explicit_only;
     } else {
         int found = -1;
         for (int i = 0; i < PART_COUNT; i++) {

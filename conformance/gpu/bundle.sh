@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Builds, with Bazel, what conformance/gpu/run.sh runs on a GPU machine that has neither Bazel
+# nor GoogleTest, and puts it in out/gpu-bundle (git-ignored; it travels to that machine as a
+# carried path):
+#
+#   bin/hal_conformance, bin/hal_bench      the conformance harness, the benchmarks
+#   bin/cuda_api_test, bin/cuda_slot_test   the cuda backend's own tests that need a GPU
+#   backends/libhal_backend_{cuda,cpu}.so   the backends (HAL_BACKEND_PATH)
+#   fixtures/libcts_*.so                    the loader fixtures (HAL_CTS_FIXTURE_DIR)
+#   fallback-lib/                           this machine's libstdc++ and libgcc_s, used only where
+#                                           the GPU machine's are older
+#   MANIFEST.txt                            commit, CUDA and NCCL header versions, checksums
+#
+# The cuda backend is built with NCCL when NCCL's headers are found: HAL_NCCL_PATH, else
+# out/nccl-headers, which this script fills from the nvidia-nccl-cu13 wheel on PyPI (headers
+# only; the library is loaded at run time on the GPU machine). Without them the backend has no
+# native collectives and says so.
+#
+# Usage: bash conformance/gpu/bundle.sh   (or make gpu-bundle)
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$REPO"
+BAZEL=${BAZEL:-bazel}
+DEST="$REPO/out/gpu-bundle"
+NCCL_DIR="$REPO/out/nccl-headers"
+
+log() { echo "gpu-bundle: $*"; }
+
+if [ -z "${HAL_NCCL_PATH:-}" ]; then
+    if [ ! -e "$NCCL_DIR/nvidia/nccl/include/nccl.h" ]; then
+        log "fetching NCCL's headers (the nvidia-nccl-cu13 wheel) into out/nccl-headers"
+        tmp=$(mktemp -d)
+        if python3 -m pip download --no-deps --only-binary=:all: --quiet -d "$tmp" \
+            nvidia-nccl-cu13 && command -v unzip >/dev/null; then
+            mkdir -p "$NCCL_DIR"
+            unzip -q -o "$tmp"/nvidia_nccl_cu13-*.whl 'nvidia/nccl/include/*' '*/METADATA' \
+                -d "$NCCL_DIR"
+        else
+            log "could not fetch them (pip or unzip failed): building without NCCL"
+        fi
+        rm -rf "$tmp"
+    fi
+    if [ -e "$NCCL_DIR/nvidia/nccl/include/nccl.h" ]; then
+        export HAL_NCCL_PATH="$NCCL_DIR"
+    fi
+fi
+log "HAL_NCCL_PATH=${HAL_NCCL_PATH:-(none: no native collectives)}"
+
+FIXTURES=(noentry badmajor entryfail initfail)
+TARGETS=(
+    //conformance:hal_conformance
+    //bench:hal_bench
+    //hal_backends/cpu:libhal_backend_cpu.so
+    //hal_backends/cuda:libhal_backend_cuda.so
+)
+# Manual targets (they need a GPU), hence named here; linked statically, so they run without
+# Bazel's runfiles.
+CUDA_TESTS=(cuda_api_test cuda_slot_test)
+for t in "${CUDA_TESTS[@]}"; do TARGETS+=("//hal_backends/cuda/tests:$t"); done
+for f in "${FIXTURES[@]}"; do TARGETS+=("//conformance:libcts_$f.so"); done
+log "bazel build ${TARGETS[*]}"
+"$BAZEL" build "${TARGETS[@]}"
+BIN=$("$BAZEL" info bazel-bin 2>/dev/null)
+EXTERNAL="$("$BAZEL" info output_base 2>/dev/null)/external/local_cuda"
+
+rm -rf "$DEST"
+mkdir -p "$DEST"/{bin,backends,fixtures,fallback-lib}
+put() { # put SRC DEST_DIR: a stripped copy
+    install -m 0755 "$1" "$2/"
+    strip --strip-debug "$2/$(basename "$1")"
+}
+put "$BIN/conformance/hal_conformance" "$DEST/bin"
+put "$BIN/bench/hal_bench" "$DEST/bin"
+put "$BIN/hal_backends/cpu/libhal_backend_cpu.so" "$DEST/backends"
+put "$BIN/hal_backends/cuda/libhal_backend_cuda.so" "$DEST/backends"
+for t in "${CUDA_TESTS[@]}"; do put "$BIN/hal_backends/cuda/tests/$t" "$DEST/bin"; done
+for f in "${FIXTURES[@]}"; do put "$BIN/conformance/libcts_$f.so" "$DEST/fixtures"; done
+for lib in libstdc++.so.6 libgcc_s.so.1; do
+    src=$(gcc -print-file-name="$lib")
+    [ -e "$src" ] && install -m 0644 "$(readlink -f "$src")" "$DEST/fallback-lib/$lib"
+done
+
+cuda_version=$(sed -n 's/^CUDA_VERSION = "\(.*\)"/\1/p' "$EXTERNAL/defs.bzl" 2>/dev/null || true)
+nccl_version=$(sed -n 's/^NCCL_VERSION = "\(.*\)"/\1/p' "$EXTERNAL/defs.bzl" 2>/dev/null || true)
+{
+    echo "commit $(git rev-parse HEAD 2>/dev/null || echo unknown)" \
+        "($(git status --porcelain 2>/dev/null | wc -l | tr -d ' ') files changed or untracked)"
+    echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) with $(gcc --version | head -1)," \
+        "$(ldd --version 2>&1 | head -1)"
+    echo "CUDA headers ${cuda_version:-?}; NCCL headers ${nccl_version:-none}"
+    echo "files:"
+    (cd "$DEST" && find . -type f ! -name MANIFEST.txt | sort | xargs sha256sum)
+} >"$DEST/MANIFEST.txt"
+log "$(du -sh "$DEST" | cut -f1) in out/gpu-bundle:"
+(cd "$DEST" && find . -type f | sort | sed 's/^/  /')
+log "check it here with: bash conformance/gpu/run.sh --dry-run"

@@ -1,0 +1,172 @@
+"""Repository rule that finds the CUDA toolkit and NCCL on the build machine.
+
+Generates a repository (named in the WORKSPACE, `@local_cuda`) with
+
+  BUILD      cc_library targets for what was found:
+               :cuda_headers  the toolkit's include/ (cuda_runtime_api.h and friends)
+               :cudart        libcudart.so, for programs that link the runtime themselves
+               :cudart_shared the same file, for tests that load it with dlopen
+               :nccl_headers  nccl.h (and the CUDA headers it includes)
+               :nccl          libnccl.so.2
+  defs.bzl   CUDA_FOUND, CUDA_VERSION, CUDA_REASON, CUDART_FOUND, NCCL_FOUND, NCCL_VERSION,
+             NCCL_REASON, so that BUILD files define CUDA targets only when the toolkit is there.
+
+The CUDA backend itself only needs the headers: it loads libcudart and libnccl with dlopen at run
+time (see hal_backends/cuda/README.md). Nothing is downloaded.
+
+Environment (a change re-runs the rule):
+  HAL_CUDA_PATH  toolkit root; default /usr/local/cuda. Needs include/cuda_runtime_api.h.
+  HAL_NCCL_PATH  NCCL root: a directory with include/nccl.h (and lib/libnccl.so.2), or the
+                 extracted nvidia-nccl-cu13 wheel (nvidia/nccl/include/nccl.h below it). Unset:
+                 NCCL is looked for in the toolkit root; absent is fine (the backend is then built
+                 without native collectives).
+"""
+
+_DEFAULT_CUDA_PATH = "/usr/local/cuda"
+
+def _parse_define(text, name):
+    """Returns the value of `#define name value` in text, or None."""
+    for line in text.splitlines():
+        parts = [p for p in line.strip().replace("\t", " ").split(" ") if p]
+        if len(parts) >= 3 and parts[0] == "#define" and parts[1] == name:
+            return parts[2]
+    return None
+
+def _first_lib(ctx, root, names):
+    """Returns the first of root/{lib64,lib}/name that exists, as a path string, or None."""
+    for d in ["lib64", "lib", "targets/x86_64-linux/lib"]:
+        for n in names:
+            p = ctx.path(root + "/" + d + "/" + n)
+            if p.exists:
+                return str(p)
+    return None
+
+def _find_nccl(ctx, nccl_env, cuda_root):
+    """Returns (root, include_dir, reason): where nccl.h is, or None and why not."""
+    candidates = []
+    if nccl_env:
+        candidates = [nccl_env, nccl_env + "/nvidia/nccl"]
+    elif cuda_root:
+        candidates = [cuda_root]
+    for root in candidates:
+        if ctx.path(root + "/include/nccl.h").exists:
+            return root, root + "/include", ""
+    if nccl_env:
+        return None, None, ("HAL_NCCL_PATH=%s holds neither include/nccl.h nor " +
+                            "nvidia/nccl/include/nccl.h") % nccl_env
+    return None, None, ("no nccl.h in the CUDA toolkit; set HAL_NCCL_PATH to an NCCL root or an " +
+                        "extracted nvidia-nccl-cu13 wheel to build native collectives")
+
+def _cuda_configure_impl(ctx):
+    cuda_env = ctx.os.environ.get("HAL_CUDA_PATH", "")
+    cuda_root = cuda_env if cuda_env else _DEFAULT_CUDA_PATH
+    nccl_env = ctx.os.environ.get("HAL_NCCL_PATH", "")
+
+    cuda_found = False
+    cuda_version = ""
+    cuda_reason = ""
+    runtime_h = ctx.path(cuda_root + "/include/cuda_runtime_api.h")
+    if not ctx.path(cuda_root).exists:
+        cuda_reason = "no CUDA toolkit at %s%s" % (
+            cuda_root,
+            "" if cuda_env else " (the default; set HAL_CUDA_PATH to another toolkit root)",
+        )
+    elif not runtime_h.exists:
+        cuda_reason = "%s has no include/cuda_runtime_api.h" % cuda_root
+    else:
+        code = _parse_define(ctx.read(runtime_h), "CUDART_VERSION")
+        if code == None or not code.isdigit():
+            cuda_reason = "cannot read CUDART_VERSION from %s" % runtime_h
+        elif int(code) < 12000:
+            cuda_reason = "CUDA %d.%d at %s is too old (12.0 or later is needed)" % (
+                int(code) // 1000,
+                (int(code) % 1000) // 10,
+                cuda_root,
+            )
+        else:
+            cuda_found = True
+            cuda_version = "%d.%d" % (int(code) // 1000, (int(code) % 1000) // 10)
+
+    build = ['package(default_visibility = ["//visibility:public"])', ""]
+    cudart_found = False
+    nccl_found = False
+    nccl_version = ""
+    nccl_reason = ""
+    if cuda_found:
+        ctx.symlink(cuda_root + "/include", "cuda/include")
+
+        # Every header: nccl.h and cuda_runtime.h reach extensionless ones (<nv/target>).
+        build.append("""cc_library(
+    name = "cuda_headers",
+    hdrs = glob(["cuda/include/**"]),
+    includes = ["cuda/include"],
+)
+""")
+        cudart = _first_lib(ctx, cuda_root, ["libcudart.so"])
+        if cudart:
+            cudart_found = True
+            ctx.symlink(cudart, "cuda/lib/libcudart.so")
+            build.append("""cc_library(
+    name = "cudart",
+    srcs = ["cuda/lib/libcudart.so"],
+    deps = [":cuda_headers"],
+)
+
+# The runtime as a file, for tests that load it with dlopen.
+filegroup(
+    name = "cudart_shared",
+    srcs = ["cuda/lib/libcudart.so"],
+)
+""")
+        nccl_root, nccl_include, nccl_reason = _find_nccl(ctx, nccl_env, cuda_root)
+        if nccl_root:
+            text = ctx.read(nccl_include + "/nccl.h")
+            major = _parse_define(text, "NCCL_MAJOR")
+            minor = _parse_define(text, "NCCL_MINOR")
+            patch = _parse_define(text, "NCCL_PATCH")
+            if major and minor and patch:
+                nccl_found = True
+                nccl_version = "%s.%s.%s" % (major, minor, patch)
+                ctx.symlink(nccl_include, "nccl/include")
+                build.append("""cc_library(
+    name = "nccl_headers",
+    hdrs = glob(["nccl/include/**"]),
+    includes = ["nccl/include"],
+    deps = [":cuda_headers"],
+)
+""")
+                libnccl = _first_lib(ctx, nccl_root, ["libnccl.so", "libnccl.so.2"])
+                if libnccl:
+                    ctx.symlink(libnccl, "nccl/lib/libnccl.so")
+                    build.append("""cc_library(
+    name = "nccl",
+    srcs = ["nccl/lib/libnccl.so"],
+    deps = [":nccl_headers"],
+)
+""")
+            else:
+                nccl_reason = "cannot read the NCCL version from %s/nccl.h" % nccl_include
+
+    ctx.file("BUILD", "\n".join(build))
+    ctx.file("defs.bzl", """# Generated by //third_party:cuda_configure.bzl; do not edit.
+CUDA_FOUND = %s
+CUDA_VERSION = %r
+CUDA_REASON = %r
+CUDART_FOUND = %s
+NCCL_FOUND = %s
+NCCL_VERSION = %r
+NCCL_REASON = %r
+""" % (cuda_found, cuda_version, cuda_reason, cudart_found, nccl_found, nccl_version, nccl_reason))
+
+    if not cuda_found:
+        print("torch-hal: the cuda backend is skipped: %s" % cuda_reason)
+    elif not nccl_found:
+        print(("torch-hal: the cuda backend (CUDA %s) is built without NCCL: %s. " +
+               "Its collectives are the HAL's host-staged ones.") % (cuda_version, nccl_reason))
+
+cuda_configure = repository_rule(
+    implementation = _cuda_configure_impl,
+    environ = ["HAL_CUDA_PATH", "HAL_NCCL_PATH"],
+    # Re-run on every Bazel server start, so a toolkit installed later is found.
+    local = True,
+)
