@@ -10,6 +10,7 @@ backend and the HAL's error message, and registers nothing.
 """
 
 import os
+import sys
 import warnings
 
 __all__ = ["backend_name", "device_type", "is_loaded", "load_error"]
@@ -21,7 +22,46 @@ _load_error = None
 _attempted = False
 
 
+# Backends whose devices belong to one process at a time (the Neuron runtime takes its
+# NeuronCores exclusively when it starts, which is when the backend opens).
+_EXCLUSIVE_BACKENDS = {"trainium"}
+
+
+def _in_torchrun_launcher():
+    """Whether this process is torchrun's launcher (the elastic agent), not one of its workers."""
+    if os.path.basename(sys.argv[0] if sys.argv else "") == "torchrun":
+        return True
+    argv = list(getattr(sys, "orig_argv", sys.argv))
+    for i, arg in enumerate(argv[:-1]):
+        if arg == "-m" and argv[i + 1] in ("torch.distributed.run", "torch.distributed.launch"):
+            return True
+    return False
+
+
+def _claim_neuron_cores():
+    """Under torchrun, gives each local rank its own NeuronCore, before the runtime starts.
+
+    The Neuron runtime takes the cores named by NEURON_RT_VISIBLE_CORES (or NEURON_RT_NUM_CORES,
+    or else all of them) exclusively when it initialises, which is when torch_hal opens the
+    backend at ``import torch``. With several ranks per host each process must ask for its own
+    cores, as Neuron users do: when LOCAL_RANK and WORLD_SIZE are set (torchrun) and neither
+    variable is, NEURON_RT_VISIBLE_CORES=<LOCAL_RANK>. The rank then sees one device, index 0.
+    """
+    if os.environ.get("NEURON_RT_VISIBLE_CORES") or os.environ.get("NEURON_RT_NUM_CORES"):
+        return
+    local_rank = os.environ.get("LOCAL_RANK", "")
+    if local_rank.isdigit() and os.environ.get("WORLD_SIZE"):
+        os.environ["NEURON_RT_VISIBLE_CORES"] = str(int(local_rank))
+
+
 def _prepare_environment(backend):
+    """Sets what the backend reads when it starts: NeuronCores per rank, the libnrt emulator."""
+    if backend == "trainium":
+        _claim_neuron_cores()
+    _use_neuron_emulator_if_needed(backend)
+
+
+def _use_neuron_emulator_if_needed(backend):
     """Points the Trainium backend at the bundled libnrt emulator when no Neuron runtime exists.
 
     The backend looks for libnrt.so.1 in $HAL_NEURON_LIBNRT, then where aws-neuronx-runtime-lib
@@ -50,6 +90,13 @@ def _load():
         return _loaded
     _attempted = True
     backend = os.environ.get("TORCH_HAL_BACKEND", "cpu") or "cpu"
+    if backend in _EXCLUSIVE_BACKENDS and _in_torchrun_launcher() and not (
+            os.environ.get("NEURON_RT_VISIBLE_CORES") or os.environ.get("NEURON_RT_NUM_CORES")):
+        # torchrun's launcher imports torch too; opening the backend there would take every
+        # NeuronCore and leave none for the ranks it starts. It does not use the device.
+        _load_error = (f"not loaded in the torchrun launcher: the '{backend}' backend would take "
+                       "the devices its worker processes need")
+        return False
     try:
         import torch
 
@@ -69,6 +116,7 @@ def _load():
             for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
         )
         _loaded = True
+        _register_distributed()
     except Exception as exc:  # import torch must survive a missing or broken backend
         _load_error = f"{type(exc).__name__}: {exc}"
         warnings.warn(
@@ -78,6 +126,17 @@ def _load():
             stacklevel=2,
         )
     return _loaded
+
+
+def _register_distributed():
+    """Registers the "torch_hal" c10d backend (torch_hal.distributed) for the device."""
+    try:
+        from . import distributed
+
+        distributed._register()
+    except Exception as exc:  # the device works without torch.distributed
+        warnings.warn(f"torch_hal: the c10d backend could not be registered: {exc}",
+                      RuntimeWarning, stacklevel=3)
 
 
 def _autoload():

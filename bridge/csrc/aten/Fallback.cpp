@@ -658,6 +658,10 @@ void registerFallback()
     // the device and calls the out= variant. Running their own CPU kernel instead saves that
     // detour (and, when staging, copying the blank outputs to the host), and keeps the CPU
     // kernel's output sizing and warnings.
+    // The same for operators with a CPU kernel and a CompositeExplicitAutograd one (e.g.
+    // native_layer_norm, native_group_norm): a backend without kernels would get the
+    // composite, whose arithmetic differs from the CPU kernel's in the last bits, so the device
+    // would not compute what the CPU computes.
     static auto *direct = new torch::Library(torch::Library::IMPL, "aten",
                                              c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
     auto &dispatcher = c10::Dispatcher::singleton();
@@ -666,8 +670,9 @@ void registerFallback()
             continue;
         auto op = dispatcher.findOp(name);
         if (!op ||
-            !op->hasKernelForDispatchKey(
-                c10::DispatchKey::CompositeExplicitAutogradNonFunctional) ||
+            !(op->hasKernelForDispatchKey(
+                  c10::DispatchKey::CompositeExplicitAutogradNonFunctional) ||
+              op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd)) ||
             !op->hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
             op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1))
             continue;

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "aten/Common.h"
+#include "distributed/Bindings.h"
 #include "runtime/Register.h"
 #include "runtime/Runtime.h"
 
@@ -166,4 +167,11 @@ PYBIND11_MODULE(_C, m)
           "copied, bytes staged in and out.");
     m.def("_reset_fallback_stats", &resetFallbackStats);
     m.def("_last_error_message", [] { return std::string(hal_last_error_message()); });
+    m.def(
+        "_init_distributed",
+        [] {
+            py::module self = py::module::import("torch_hal._C");
+            initDistributedBindings(self);
+        },
+        "Adds ProcessGroupHAL (the c10d backend) to this module; needs torch.distributed.");
 }

@@ -1,0 +1,246 @@
+"""torch.distributed on torch_hal devices: the "torch_hal" c10d backend, DDP and the example.
+
+In-process tests use the backend the test run loaded (TORCH_HAL_BACKEND). The multi-process
+tests start their own ranks (2 processes, environment as torchrun sets it, or torchrun itself)
+on the cpu backend, and the *_trainium tests on the Trainium backend over the bundled libnrt
+emulator (each rank claims its own NeuronCore; the emulator's core locks live in a directory of
+the test, so they never collide with cores this process holds).
+"""
+
+import datetime
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import torch_hal
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKER = os.path.join(HERE, "dist_worker.py")
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(HERE)), "examples")
+TRAIN = os.path.join(EXAMPLES, "train_tiny_lm.py")
+
+pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed unavailable")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def child_env(backend, tmp_path, extra=None):
+    env = dict(os.environ)
+    for name in ("NEURON_RT_VISIBLE_CORES", "NEURON_RT_NUM_CORES", "RANK", "LOCAL_RANK",
+                 "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(name, None)
+    env["TORCH_HAL_BACKEND"] = backend
+    env["OMP_NUM_THREADS"] = "1"
+    if backend == "trainium":
+        emulator = os.path.join(torch_hal._LIB_DIR, "libnrt.so.1")
+        env["HAL_NEURON_LIBNRT"] = emulator
+        env["NEURON_EMU_LOCK_DIR"] = str(tmp_path / "neuron-locks")
+    env.update(extra or {})
+    return env
+
+
+def need_emulator():
+    if not os.path.exists(os.path.join(torch_hal._LIB_DIR, "libnrt.so.1")):
+        pytest.skip("torch_hal was built without the libnrt emulator")
+
+
+def launch(scenario, tmp_path, backend="cpu", nprocs=2, extra_env=None, timeout=180):
+    """Starts the ranks with torchrun's environment variables; returns [(rc, out, err)].
+
+    Waits for rank 0, then gives the others a few seconds and kills what is left (a scenario
+    may leave a rank stuck on purpose)."""
+    port = free_port()
+    procs = []
+    for rank in range(nprocs):
+        env = child_env(backend, tmp_path, extra_env)
+        env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nprocs),
+                   LOCAL_WORLD_SIZE=str(nprocs), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        procs.append(subprocess.Popen([sys.executable, WORKER, scenario], env=env, text=True,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    results = []
+    try:
+        out, err = procs[0].communicate(timeout=timeout)
+        results.append((procs[0].returncode, out, err))
+        for p in procs[1:]:
+            try:
+                out, err = p.communicate(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                out, err = p.communicate()
+            results.append((p.returncode, out, err))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return results
+
+
+def torchrun(args, tmp_path, backend="cpu", timeout=300, extra_env=None):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+           "2", *args]
+    return subprocess.run(cmd, env=child_env(backend, tmp_path, extra_env), capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def check_ok(results, names, ranks=None):
+    for rank, (rc, out, err) in enumerate(results):
+        if ranks is not None and rank not in ranks:
+            continue
+        assert rc == 0, f"rank {rank} failed (exit {rc}):\n{out}\n{err}"
+        for name in names:
+            assert f"OK {name}" in out.splitlines(), \
+                f"rank {rank} did not report {name}:\n{out}\n{err}"
+
+
+COLLECTIVE_CHECKS = ["default_backend", "all_reduce_ops_dtypes", "all_reduce_bool_complex_large",
+                     "all_reduce_empty", "unsupported_ops_raise", "broadcast", "reduce",
+                     "all_gather", "reduce_scatter", "all_to_all", "gather_scatter", "send_recv",
+                     "coalesced", "async_work_future", "streams", "barrier_objects",
+                     "cpu_tensor_rejected"]
+
+
+# ---- Registration and default selection (in process) ---------------------------------------------
+
+def test_backend_registered_as_device_default(device_type):
+    assert torch_hal.distributed.is_registered()
+    assert dist.Backend.default_device_backend_map[device_type] == "torch_hal"
+    assert dist.get_default_backend_for_device(device_type) == "torch_hal"
+    assert dist.Backend.backend_capability["torch_hal"] == [device_type]
+    assert dist.Backend("torch_hal") == "torch_hal"
+    assert issubclass(torch_hal._C.ProcessGroupHAL, torch._C._distributed_c10d.Backend)
+
+
+def _in_process_group(device_type, **kwargs):
+    store = dist.HashStore()
+    dist.init_process_group(store=store, rank=0, world_size=1,
+                            timeout=datetime.timedelta(seconds=30), **kwargs)
+    try:
+        backend = dist.group.WORLD._get_backend(torch.device(device_type, 0))
+        assert isinstance(backend, torch_hal._C.ProcessGroupHAL)
+        t = torch.arange(4.0, device=device_type)
+        dist.all_reduce(t)
+        assert t.cpu().tolist() == [0.0, 1.0, 2.0, 3.0]
+        assert backend.comm_device == 0
+        work = dist.all_reduce(t, async_op=True)
+        assert work.wait() and work.is_completed()
+        return backend
+    finally:
+        dist.destroy_process_group()
+
+
+def test_init_without_backend_picks_torch_hal(device_type):
+    _in_process_group(device_type)
+
+
+def test_init_with_device_id_picks_torch_hal(device_type):
+    _in_process_group(device_type, device_id=torch.device(device_type, 0))
+
+
+def test_cpu_and_device_backends_together(device_type):
+    store = dist.HashStore()
+    dist.init_process_group(f"cpu:gloo,{device_type}:torch_hal", store=store, rank=0,
+                            world_size=1)
+    try:
+        cpu_t, dev_t = torch.ones(3), torch.ones(3, device=device_type)
+        dist.all_reduce(cpu_t)
+        dist.all_reduce(dev_t)
+        assert isinstance(dist.group.WORLD._get_backend(torch.device(device_type)),
+                          torch_hal._C.ProcessGroupHAL)
+        assert dev_t.cpu().tolist() == cpu_t.tolist() == [1.0, 1.0, 1.0]
+    finally:
+        dist.destroy_process_group()
+
+
+# ---- Two processes, cpu backend ----------------------------------------------------------------------
+
+def test_collectives_two_ranks(tmp_path):
+    check_ok(launch("collectives", tmp_path), COLLECTIVE_CHECKS)
+
+
+def test_ddp_step_matches_cpu(tmp_path):
+    check_ok(launch("ddp", tmp_path), ["default_backend", "ddp_matches_cpu"])
+
+
+def test_killed_peer_raises_within_timeout(tmp_path):
+    results = launch("dead_peer", tmp_path, extra_env={"TEST_TIMEOUT_S": "5"}, timeout=90)
+    check_ok(results, ["dead_peer"], ranks=[0])
+    assert "HAL_ERROR_REMOTE" in results[0][1] or "HAL_ERROR_TIMEOUT" in results[0][1]
+
+
+def test_stuck_peer_times_out(tmp_path):
+    results = launch("stuck_peer", tmp_path, extra_env={"TEST_TIMEOUT_S": "4"}, timeout=90)
+    check_ok(results, ["stuck_peer"], ranks=[0])
+
+
+# ---- The example: losses on the device equal the CPU's ---------------------------------------------
+
+@pytest.mark.skipif(not os.path.exists(TRAIN), reason="examples/ is not next to bridge/")
+def test_example_loss_alignment_and_resume(tmp_path):
+    def run(device, log, *extra):
+        proc = torchrun([TRAIN, "--device", device, "--steps", "5", "--print-every", "5",
+                         "--corpus-tokens", "50000", "--loss-log", str(log), *extra], tmp_path)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        with open(log) as f:
+            return [s["loss"] for s in json.load(f)["steps"]]
+
+    cpu = run("cpu", tmp_path / "cpu.json")
+    hal = run("hal", tmp_path / "hal.json")
+    assert len(cpu) == len(hal) == 5
+    assert hal == cpu, f"losses differ:\ncpu {cpu}\nhal {hal}"  # bit-exact
+    # checkpoint after 3 steps, resume to 5: the same losses as the uninterrupted run
+    ckpt, log = tmp_path / "ckpt.pt", tmp_path / "resumed.json"
+    first = run("hal", log, "--checkpoint", str(ckpt), "--checkpoint-every", "3")
+    assert first[:3] == hal[:3]
+    run_args = ["--checkpoint", str(ckpt), "--resume"]
+    proc = torchrun([TRAIN, "--device", "hal", "--steps", "5", "--corpus-tokens", "50000",
+                     "--loss-log", str(tmp_path / "resumed2.json"), *run_args], tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "resumed from" in proc.stdout
+    with open(tmp_path / "resumed2.json") as f:
+        resumed = {s["step"]: s["loss"] for s in json.load(f)["steps"]}
+    assert [resumed[k] for k in (4, 5)] == hal[3:]
+
+
+# ---- Two processes, Trainium backend (libnrt emulator) --------------------------------------------
+
+def test_collectives_two_ranks_trainium(tmp_path):
+    need_emulator()
+    # Through torchrun: its launcher process must not take the NeuronCores (torch_hal does not
+    # open the backend there), and each rank claims its own (NEURON_RT_VISIBLE_CORES=LOCAL_RANK).
+    proc = torchrun([WORKER, "collectives"], tmp_path, backend="trainium",
+                    extra_env={"TEST_OK_DIR": str(tmp_path)})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for rank in range(2):
+        reported = (tmp_path / f"rank{rank}.txt").read_text().splitlines()
+        for name in COLLECTIVE_CHECKS:
+            assert f"OK {name}" in reported, (rank, name, proc.stdout, proc.stderr)
+
+
+def test_ddp_step_matches_cpu_trainium(tmp_path):
+    need_emulator()
+    check_ok(launch("ddp", tmp_path, backend="trainium"), ["default_backend", "ddp_matches_cpu"])
+
+
+def test_neuron_cores_claimed_per_local_rank(tmp_path):
+    need_emulator()
+    code = ("import os, torch, torch_hal; print(torch_hal.is_loaded(), "
+            "os.environ.get('NEURON_RT_VISIBLE_CORES'), torch.accelerator.device_count())")
+    env = child_env("trainium", tmp_path, {"LOCAL_RANK": "1", "WORLD_SIZE": "2"})
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "1", "1"], out.stdout
+    # an explicit setting is kept
+    env["NEURON_RT_VISIBLE_CORES"] = "2-3"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.stdout.split() == ["True", "2-3", "2"], out.stdout + out.stderr

@@ -1,0 +1,212 @@
+#!/usr/bin/env python3
+"""Step time of train_tiny_lm.py's training step: torch_hal devices against plain CPU.
+
+    python3 examples/bench_step_time.py [--steps 30] [--batch-size 16] [--json out/bench.json]
+
+Measures one process, no DDP (the step itself: forward with activation checkpointing, backward,
+GradScaler, clipping, AdamW):
+
+  hal     the cpu backend (device memory is host memory: CPU kernels run in place on it)
+          against plain CPU tensors in the same process. Target: <= 1.10x.
+  neuron  the Trainium backend on the libnrt emulator (device memory is not host-addressable:
+          every operator's arguments are staged through pinned host memory and back). Its time
+          is split into compute and copies: compute is what the same step costs where the CPU
+          kernels run in place (the cpu backend's ratio above, applied to this process's CPU
+          step), copies is the rest (staging copies and their synchronisation). The bridge's
+          counters (torch_hal._C._fallback_stats: operator calls, staged calls, bytes copied in
+          and out) give the volume, and a copy-bandwidth calibration with device timing events
+          (torch.neuron.Event) gives the time those bytes alone would take.
+
+Each backend runs in its own subprocess (a process opens one HAL backend). Inside it the
+device step and the CPU step alternate, so that load on the machine affects both alike; the
+first --warmup steps are dropped and medians are reported.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+# ---- Worker (one backend per process) ------------------------------------------------------------
+
+def _calibrate_copies(device):
+    """Pinned host <-> device copy cost as latency + bytes / bandwidth, timed with the device's
+    timing events (torch.<device>.Event, the bridge's timers) over 64-byte and 4 MiB copies."""
+    import torch
+
+    mod = torch.get_device_module(device.type)
+    big, small = 4 << 20, 64
+
+    def timed(fn, reps):
+        start, end = mod.Event(enable_timing=True), mod.Event(enable_timing=True)
+        fn()
+        mod.synchronize()
+        start.record()
+        for _ in range(reps):
+            fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1000.0 / reps
+
+    out = {}
+    for n, reps in ((small, 200), (big, 10)):
+        host = torch.empty(n, dtype=torch.uint8).pin_memory()
+        dev = torch.empty(n, dtype=torch.uint8, device=device)
+        out[("h2d", n)] = timed(lambda: dev.copy_(host, non_blocking=True), reps)
+        out[("d2h", n)] = timed(lambda: host.copy_(dev, non_blocking=True), reps)
+    per_byte = {d: max(out[(d, big)] - out[(d, small)], 1e-12) / (big - small)
+                for d in ("h2d", "d2h")}
+    return {"latency_s": (out[("h2d", small)] + out[("d2h", small)]) / 2,
+            "h2d_s_per_byte": per_byte["h2d"], "d2h_s_per_byte": per_byte["d2h"]}
+
+
+def worker(device_type, args):
+    import torch
+
+    sys.path.insert(0, HERE)
+    import train_tiny_lm as lm
+    import torch_hal
+
+    torch.set_num_threads(1)
+    if not torch_hal.is_loaded() or torch_hal.device_type() != device_type:
+        raise SystemExit(f"bench worker: torch_hal did not load the {device_type} device: "
+                         f"{torch_hal.load_error()}")
+    train_args = lm.parse_args(["--device", "cpu", "--batch-size", str(args.batch_size),
+                                "--corpus-tokens", "50000"])
+    runs = {}
+    for name, device in (("cpu", torch.device("cpu")), (device_type, torch.device(device_type, 0))):
+        torch.manual_seed(0)
+        model, opt, sched, scaler, _, loader = lm.build(train_args, device, 0, 1)
+        runs[name] = dict(device=device, model=model, opt=opt, sched=sched, scaler=scaler,
+                          data=iter(loader), times=[])
+    total = args.warmup + args.steps
+    stats_start = None
+    for i in range(total):
+        if i == args.warmup:
+            torch_hal._C._reset_fallback_stats()
+            stats_start = True
+        for name, r in runs.items():  # alternate device and CPU steps
+            x, y = next(r["data"])
+            device = r["device"]
+            t0 = time.perf_counter()
+            x = x.to(device, non_blocking=True)
+            y = y.to(device, non_blocking=True)
+            loss = lm.train_step(r["model"], r["opt"], r["sched"], r["scaler"], x, y, device)
+            loss.item()
+            lm.synchronize(device)
+            if i >= args.warmup:
+                r["times"].append(time.perf_counter() - t0)
+    assert stats_start
+    stats = torch_hal._C._fallback_stats()
+    result = {
+        "device_type": device_type,
+        "backend": torch_hal.backend_name(),
+        "host_addressable": bool(torch.get_device_module(device_type)
+                                 .get_device_properties(0).host_addressable),
+        "steps": args.steps,
+        "cpu_median_s": statistics.median(runs["cpu"]["times"]),
+        "device_median_s": statistics.median(runs[device_type]["times"]),
+        "cpu_mean_s": statistics.fmean(runs["cpu"]["times"]),
+        "device_mean_s": statistics.fmean(runs[device_type]["times"]),
+        "fallback_per_step": {k: v / args.steps for k, v in stats.items()},
+    }
+    if not result["host_addressable"]:
+        result["copy_calibration"] = _calibrate_copies(torch.device(device_type, 0))
+    print(json.dumps(result))
+
+
+# ---- Driver ---------------------------------------------------------------------------------------
+
+def run_worker(backend, device_type, args):
+    env = dict(os.environ, TORCH_HAL_BACKEND=backend, OMP_NUM_THREADS="1")
+    if backend == "trainium":
+        env.setdefault("NEURON_RT_NUM_CORES", "1")  # take one NeuronCore, not all of them
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", device_type,
+           "--steps", str(args.steps), "--warmup", str(args.warmup),
+           "--batch-size", str(args.batch_size)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stdout + proc.stderr)
+        raise SystemExit(f"bench: the {device_type} worker failed (exit {proc.returncode})")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def ms(seconds):
+    return f"{seconds * 1000:8.1f}"
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--steps", type=int, default=30, help="measured steps per device")
+    p.add_argument("--warmup", type=int, default=5, help="steps left out first")
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--target", type=float, default=1.10, help="hal/cpu step-time target")
+    p.add_argument("--skip-neuron", action="store_true", help="only the cpu backend")
+    p.add_argument("--json", help="write the results here")
+    p.add_argument("--worker", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.worker:
+        worker(args.worker, args)
+        return 0
+
+    print(f"train_tiny_lm step: batch {args.batch_size} x 32 tokens, 1 process, 1 thread; "
+          f"median of {args.steps} steps after {args.warmup}; device and CPU steps alternate")
+    hal = run_worker("cpu", "hal", args)
+    results = {"hal": hal}
+    ratio_hal = hal["device_median_s"] / hal["cpu_median_s"]
+    rows = [("cpu (plain PyTorch)", hal["cpu_median_s"], 1.0, "-", "-", "-", "-"),
+            ("hal (cpu backend)", hal["device_median_s"], ratio_hal,
+             f"{hal['fallback_per_step']['calls']:.0f}", "0 (in place)", "0", ms(
+                 hal["device_median_s"]).strip())]
+    neuron = None
+    if not args.skip_neuron:
+        neuron = run_worker("trainium", "neuron", args)
+        results["neuron"] = neuron
+        fb = neuron["fallback_per_step"]
+        cal = neuron["copy_calibration"]
+        ratio = neuron["device_median_s"] / neuron["cpu_median_s"]
+        compute = neuron["cpu_median_s"] * ratio_hal  # the same kernels, run in place
+        copies = max(neuron["device_median_s"] - compute, 0.0)
+        wire = (fb["bytes_staged_in"] * cal["d2h_s_per_byte"]
+                + fb["bytes_staged_out"] * cal["h2d_s_per_byte"])
+        neuron["split"] = {"compute_s": compute, "copies_s": copies, "bytes_only_s": wire}
+        rows.append(("neuron (trainium, emulated)", neuron["device_median_s"], ratio,
+                     f"{fb['calls']:.0f} ({fb['staged_calls']:.0f} staged)",
+                     f"{fb['bytes_staged_in'] / 2**20:.2f} / {fb['bytes_staged_out'] / 2**20:.2f}",
+                     f"{ms(copies).strip()}", ms(compute).strip()))
+
+    print()
+    header = (f"{'device':28s} {'step ms':>8s} {'vs cpu':>7s}  {'operator calls':>18s}  "
+              f"{'staged MiB in/out':>18s}  {'copies ms':>9s}  {'compute ms':>10s}")
+    print(header)
+    print("-" * len(header))
+    for name, t, ratio, calls, staged, copies, compute in rows:
+        print(f"{name:28s} {ms(t)} {ratio:6.2f}x  {calls:>18s}  {staged:>18s}  {copies:>9s}  "
+              f"{compute:>10s}")
+    print()
+    verdict = "met" if ratio_hal <= args.target else "NOT met"
+    print(f"hal (cpu backend) / cpu: {ratio_hal:.3f}x (target <= {args.target:.2f}x: {verdict})")
+    if neuron:
+        s, cal = neuron["split"], neuron["copy_calibration"]
+        print(f"neuron: compute {s['compute_s'] * 1000:.1f} ms + copies {s['copies_s'] * 1000:.1f}"
+              f" ms per step ({100 * s['copies_s'] / neuron['device_median_s']:.0f}% copies); "
+              f"the staged bytes alone take {s['bytes_only_s'] * 1000:.1f} ms at the calibrated "
+              f"{1 / max(cal['h2d_s_per_byte'], 1e-15) / 1e9:.1f} GB/s host->device, "
+              f"{1 / max(cal['d2h_s_per_byte'], 1e-15) / 1e9:.1f} GB/s device->host, "
+              f"{cal['latency_s'] * 1e6:.0f} us per copy")
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+        print(f"results: {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The main job: train examples/train_tiny_lm.py with DDP on 2 ranks on the emulated Trainium
+# device ("neuron": the Trainium backend over the libnrt emulator torch_hal bundles), then the
+# same run on the CPU, and compare the per-step losses, step times and device memory.
+#
+#   examples/demo.sh                 # needs torch 2.13 and torch_hal installed (bridge/README.md)
+#
+# Environment:
+#   DEMO_STEPS    training steps per run (default 40)
+#   DEMO_OUT      output directory (default out/demo): neuron.json, cpu.json, loss_curves.png
+#   DEMO_DEVICE   the device run's device (default neuron; "hal" runs the cpu backend instead)
+#   DEMO_RTOL     accepted relative loss difference (default 1e-6)
+#
+# The Trainium backend loads the Neuron runtime from HAL_NEURON_LIBNRT, /opt/aws/neuron/lib or
+# the loader path; on a machine without one, torch_hal points HAL_NEURON_LIBNRT at the
+# emulator it bundles (torch_hal/lib/libnrt.so.1). Under torchrun each rank takes its own
+# NeuronCore (NEURON_RT_VISIBLE_CORES=<local rank>, set by torch_hal).
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+steps="${DEMO_STEPS:-40}"
+out="${DEMO_OUT:-out/demo}"
+device="${DEMO_DEVICE:-neuron}"
+rtol="${DEMO_RTOL:-1e-6}"
+python="${PYTHON:-python3}"
+mkdir -p "$out"
+
+case "$device" in
+neuron) backend=trainium ;;
+hal) backend=cpu ;;
+*) echo "demo.sh: DEMO_DEVICE must be neuron or hal, not '$device'" >&2; exit 2 ;;
+esac
+
+# Both runs: the same threads (1 per rank, what torchrun would pick) and the same seeds.
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+common=(--steps "$steps" --seed 1234 --print-every 1)
+
+if ! TORCH_HAL_BACKEND="$backend" "$python" -c "
+import sys, torch, torch_hal
+if not torch_hal.is_loaded():
+    sys.exit('torch_hal did not load the $backend backend: ' + str(torch_hal.load_error()))
+print('torch', torch.__version__, '| torch_hal backend', torch_hal.backend_name(), '| device',
+      torch_hal.device_type(), 'x', torch.accelerator.device_count(), '|',
+      torch.get_device_module('$device').get_device_name(0))
+"; then
+    echo "demo.sh: install the bridge first: pip install --no-build-isolation ./bridge" >&2
+    exit 1
+fi
+
+start=$SECONDS
+echo
+echo "== 1/3: $device, 2 ranks (DDP, torchrun), $steps steps"
+TORCH_HAL_BACKEND="$backend" torchrun --standalone --nproc-per-node 2 \
+    "$here/train_tiny_lm.py" --device "$device" "${common[@]}" --loss-log "$out/$device.json"
+
+echo
+echo "== 2/3: cpu, 2 ranks (DDP, torchrun), $steps steps"
+env -u TORCH_HAL_BACKEND torchrun --standalone --nproc-per-node 2 \
+    "$here/train_tiny_lm.py" --device cpu "${common[@]}" --loss-log "$out/cpu.json"
+
+echo
+echo "== 3/3: comparison (cpu vs $device)"
+rc=0
+"$python" "$here/compare_losses.py" "$out/cpu.json" "$out/$device.json" --rtol "$rtol" \
+    --plot "$out/loss_curves.png" || rc=$?
+echo
+echo "demo: $((SECONDS - start)) s; logs and plot in $out/"
+if [ "$rc" -ne 0 ]; then
+    echo "demo: FAILED: the $device losses do not match the cpu losses (rtol $rtol)" >&2
+fi
+exit "$rc"
