@@ -1,12 +1,23 @@
 #!/usr/bin/env python3
 """Census of CUDA hardcoding in PyTorch's Python sources.
 
-    python3 upstream_tracking/census.py [TREE] [--series] [--list] [--json FILE]
+    python3 upstream_tracking/census.py [TREE] [--series] [--list WHAT] [--json FILE]
 
 TREE is a torch tree: a ``site-packages`` directory, a torch package directory or a PyTorch
 checkout (default: the installed torch). With ``--series`` the census also applies the patch
 series (``patches/series``) to a temporary copy of TREE's Python sources and prints the counts
-before and after it.
+before and after it, then
+
+* the claims of each patch (``patches/census_claims.txt``: the sites the patch removes, as
+  ``path::scope category``) with their counts before and after the series; a claimed site must
+  be there before, in a file the patch changes, and gone after;
+* the sites the series removes that no patch claims;
+* the sites left in the eager runtime and torch.distributed, grouped as *tracked* (entries of
+  ``census_tracked.txt`` naming an item of ``TRACKED.md``, whose reason is printed) or
+  *unclassified*, and the allowlisted sites of the same areas, grouped by the allowlist's reason.
+
+With ``--series`` the exit status is 1 when a claim fails, a removed site is unclaimed or a site
+in the eager runtime or torch.distributed is neither allowlisted nor tracked.
 
 Every ``torch/**/*.py`` file is parsed (``ast``; comments and docstrings never count) and each
 site is put into one category:
@@ -22,6 +33,13 @@ site is put into one category:
   device-list-without-pu1     a literal list of device types with "cuda" but not the
                               PrivateUse1 name
   privateuse1-literal         a comparison with "privateuse1" (never the device's type)
+  device-module-private-attr  a private attribute of torch.cuda (``_initialized``) expected of
+                              a device module (``getattr(device_module, "_initialized", ...)``)
+  device-chain-raises         an if/elif chain over device-type literals, "cuda" among them,
+                              without a PrivateUse1 branch, that raises for any other device
+  backend-map-lookup          ``Backend.default_device_backend_map[...]`` outside a ``try``
+                              that handles the ``KeyError`` of a device without a default
+                              backend
 
 Sites in device-specific modules (``torch/cuda``, cuDNN, hipify, ...) and sites listed in
 ``census_allowlist.txt`` (legitimately CUDA-specific, e.g. NCCL-only branches) are counted as
@@ -35,6 +53,7 @@ from __future__ import annotations
 import argparse
 import ast
 import collections
+import dataclasses
 import json
 import os
 import shutil
@@ -57,6 +76,9 @@ CATEGORIES = [
     "cuda-device-comparison",
     "device-list-without-pu1",
     "privateuse1-literal",
+    "device-module-private-attr",
+    "device-chain-raises",
+    "backend-map-lookup",
 ]
 
 # Modules whose job is one vendor's device: CUDA hardcoding there is by design.
@@ -101,6 +123,11 @@ AREAS = [
 
 DEVICE_NAMES = {"cuda", "xpu", "mps", "hpu", "mtia", "xla", "maia", "cpu", "meta", "ipu", "lazy"}
 PU1_MARKERS = ("_get_privateuse1_backend_name", "_privateuse1_backend_name")
+# private module attributes of torch.cuda that generic code must not expect of a device module
+CUDA_PRIVATE_ATTRS = ("_initialized",)
+DEVICE_MODULE_HINTS = ("device", "module", "_mod", "handle")
+# exception types whose handler covers a KeyError
+KEYERROR_HANDLERS = ("KeyError", "LookupError", "Exception", "BaseException")
 
 
 def area_of(rel: str) -> str:
@@ -115,7 +142,8 @@ class Visitor(ast.NodeVisitor):
         self.rel = rel
         self.stack: list[str] = []
         self.sites: list[dict] = []
-        self._in_test = 0
+        self._keyerror_guarded = 0
+        self._chain_seen: set[int] = set()
 
     def add(self, node, category, snippet):
         self.sites.append({
@@ -166,6 +194,65 @@ class Visitor(ast.NodeVisitor):
             self.add(node, "cuda-module-call", ast.unparse(node))
         elif func == "getattr" and len(node.args) == 3 and ast.unparse(node.args[2]) == "torch.cuda":
             self.add(node, "cuda-module-fallback", ast.unparse(node))
+        elif (
+            func in ("getattr", "hasattr")
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and node.args[1].value in CUDA_PRIVATE_ATTRS
+            and _names_device_module(node.args[0])
+        ):
+            self.add(node, "device-module-private-attr", ast.unparse(node))
+        self.generic_visit(node)
+
+    def visit_Attribute(self, node):
+        if (
+            node.attr in CUDA_PRIVATE_ATTRS
+            and isinstance(node.ctx, ast.Load)
+            and _names_device_module(node.value)
+        ):
+            self.add(node, "device-module-private-attr", ast.unparse(node))
+        self.generic_visit(node)
+
+    def visit_Try(self, node):
+        guarded = any(_handles_keyerror(h) for h in node.handlers)
+        self._keyerror_guarded += guarded
+        for stmt in node.body:
+            self.visit(stmt)
+        self._keyerror_guarded -= guarded
+        for part in (node.handlers, node.orelse, node.finalbody):
+            for stmt in part:
+                self.visit(stmt)
+
+    visit_TryStar = visit_Try
+
+    def visit_Subscript(self, node):
+        if (
+            isinstance(node.ctx, ast.Load)
+            and ast.unparse(node.value).endswith("default_device_backend_map")
+            and not self._keyerror_guarded
+        ):
+            self.add(node, "backend-map-lookup", ast.unparse(node))
+        self.generic_visit(node)
+
+    def visit_If(self, node):
+        if id(node) not in self._chain_seen:
+            chain = [node]
+            while len(chain[-1].orelse) == 1 and isinstance(chain[-1].orelse[0], ast.If):
+                chain.append(chain[-1].orelse[0])
+                self._chain_seen.add(id(chain[-1]))
+            last = chain[-1].orelse
+            tests = [ast.unparse(c.test) for c in chain]
+            devices = set()
+            for c in chain:
+                devices |= _compared_device_literals(c.test)
+            if (
+                "cuda" in devices
+                and len(last) == 1
+                and isinstance(last[0], ast.Raise)
+                and not any(m in t for t in tests for m in PU1_MARKERS)
+            ):
+                self.add(node, "device-chain-raises",
+                         f"if/elif over {sorted(devices)}, else: {ast.unparse(last[0])}")
         self.generic_visit(node)
 
     def visit_Import(self, node):
@@ -194,30 +281,129 @@ class Visitor(ast.NodeVisitor):
     visit_List = visit_Tuple = visit_Set = _collection
 
 
-def load_allowlist(path: Path) -> list[tuple[str, str, str]]:
-    out = []
-    if not path.exists():
-        return out
-    for raw in path.read_text().splitlines():
-        line = raw.split("#", 1)[0].strip()
-        if not line:
-            continue
-        loc, category = line.split()
-        file, _, scope = loc.partition("::")
-        out.append((file, scope or "*", category))
+def _names_device_module(node) -> bool:
+    src = ast.unparse(node)
+    return src == "torch.cuda" or any(h in src.lower() for h in DEVICE_MODULE_HINTS)
+
+
+def _handles_keyerror(handler) -> bool:
+    if handler.type is None:
+        return True
+    return any(n in ast.unparse(handler.type) for n in KEYERROR_HANDLERS)
+
+
+def _compared_device_literals(test) -> set[str]:
+    out = set()
+    for n in ast.walk(test):
+        if isinstance(n, ast.Compare):
+            for c in [n.left, *n.comparators]:
+                if isinstance(c, ast.Constant) and c.value in DEVICE_NAMES:
+                    out.add(c.value)
     return out
 
 
-def allowlisted(site: dict, allow: list[tuple[str, str, str]]) -> bool:
+@dataclasses.dataclass
+class Rule:
+    """One entry of census_allowlist.txt, census_tracked.txt or patches/census_claims.txt."""
+
+    file: str
+    scope: str
+    category: str
+    reason: str = ""  # allowlist: the comment above the entry (or after it)
+    item: str = ""  # tracked: the TRACKED.md item; claims: the patch number
+
+    def matches(self, site: dict) -> bool:
+        f = self.file
+        same_file = site["path"] == f or (f.endswith("/") and site["path"].startswith(f))
+        return same_file and self.category in (site["category"], "*") and (
+            self.scope == "*" or site["scope"] == self.scope
+            or site["scope"].startswith(self.scope + ".")
+        )
+
+    @property
+    def where(self) -> str:
+        return self.file + ("" if self.scope == "*" else f"::{self.scope}")
+
+
+def _read_rules(path: Path, item_first: bool = False, item_last: bool = False) -> list[Rule]:
+    """Entries ``[ITEM] path[::scope] category [ITEM]  # reason``; a comment block above a group
+    of entries is their reason (a comment after an entry overrides it)."""
+    out: list[Rule] = []
+    if not path.exists():
+        return out
+    reason: list[str] = []
+    fresh = True  # the next comment line starts a new block
+    for raw in path.read_text().splitlines():
+        stripped = raw.strip()
+        if not stripped:
+            fresh = True
+            continue
+        if stripped.startswith("#"):
+            if fresh:
+                reason, fresh = [], False
+            reason.append(stripped.lstrip("#").strip())
+            continue
+        fresh = True
+        line, _, comment = raw.partition("#")
+        fields = line.split()
+        item = ""
+        if item_first:
+            item, fields = fields[0], fields[1:]
+        if item_last:
+            fields, item = fields[:-1], fields[-1]
+        if fields == ["-"]:  # a patch that claims no census site
+            out.append(Rule("-", "*", "-", comment.strip() or " ".join(reason), item))
+            continue
+        loc, category = fields
+        file, _, scope = loc.partition("::")
+        out.append(Rule(file, scope or "*", category, comment.strip() or " ".join(reason), item))
+    return out
+
+
+def load_allowlist(path: Path) -> list[Rule]:
+    return _read_rules(path)
+
+
+def load_tracked(path: Path) -> list[Rule]:
+    return _read_rules(path, item_last=True)
+
+
+def load_claims(path: Path) -> list[Rule]:
+    return _read_rules(path, item_first=True)
+
+
+def tracked_items(path: Path) -> dict[str, str]:
+    """TRACKED.md: item id (the first cell of a table row: C1, T3, ...) -> why it is not a patch
+    (the cell under a heading that starts with "why"; for the C++ table, what the item needs)."""
+    items: dict[str, str] = {}
+    if not path.exists():
+        return items
+    heads: list[str] = []
+    for line in path.read_text().splitlines():
+        if not line.startswith("|"):
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if cells and cells[0] == "#":
+            heads = [c.lower() for c in cells]
+            continue
+        if not (cells and cells[0][:1] in ("C", "T") and cells[0][1:].isdigit()):
+            continue
+        row = dict(zip(heads, cells))
+        why = next((v for h, v in row.items() if h.startswith("why")), None)
+        if why is None:  # the C++ table: what it needs and its state
+            why = "C++: " + "; ".join(v for h, v in row.items() if h in ("proposed change", "state"))
+        items[cells[0]] = why
+    return items
+
+
+def allowlisted(site: dict, allow: list[Rule]) -> bool:
     if site["path"].startswith(DEVICE_SPECIFIC):
         return True
-    for file, scope, category in allow:
-        same_file = site["path"] == file or (file.endswith("/") and site["path"].startswith(file))
-        if same_file and category in (site["category"], "*") and (
-            scope == "*" or site["scope"] == scope or site["scope"].startswith(scope + ".")
-        ):
-            return True
-    return False
+    return any(r.matches(site) for r in allow)
+
+
+def first_match(site: dict, rules: list[Rule]) -> Rule | None:
+    return next((r for r in rules if r.matches(site)), None)
 
 
 def scan(root: Path, allow) -> list[dict]:
@@ -285,12 +471,146 @@ def print_table(title, before, after=None):
                 print(f"    {cat:<{width}}{b:>6} -> {a:<6}" + (f" ({a - b:+d})" if a != b else ""))
 
 
+FOCUS = ("eager runtime", "distributed")
+
+
+def site_key(s: dict) -> tuple:
+    return (s["path"], s["scope"], s["category"], s["code"])
+
+
+def removed_sites(before: list[dict], after: list[dict]) -> list[dict]:
+    remaining = collections.Counter(site_key(s) for s in after)
+    out = []
+    for s in before:
+        if remaining[site_key(s)]:
+            remaining[site_key(s)] -= 1
+        else:
+            out.append(s)
+    return out
+
+
+def check_claims(claims: list[Rule], patches, before: list[dict], after: list[dict]):
+    """Rows (patch, claim, before, after, problem) and the list of problems."""
+    by_number = {p.number: p for p in patches}
+    rows, problems = [], []
+    claimed_patches = {c.item for c in claims}
+    for p in patches:
+        if p.number not in claimed_patches:
+            problems.append(f"{p.number}: no entry in census_claims.txt")
+    for c in claims:
+        p = by_number.get(c.item)
+        if p is None:
+            problems.append(f"census_claims.txt: {c.item} is not a patch of the series")
+            continue
+        if c.file == "-":
+            rows.append((p, c, None, None, ""))
+            continue
+        if c.category not in CATEGORIES:
+            problems.append(f"{c.item}: unknown category {c.category}")
+        b = sum(1 for s in before if c.matches(s))
+        a = sum(1 for s in after if c.matches(s))
+        problem = ""
+        if b == 0:
+            problem = "no such site before the series"
+        elif a:
+            problem = f"{a} site(s) left after the series"
+        elif not any(c.file == f or (c.file.endswith("/") and f.startswith(c.file))
+                     for f in p.paths):
+            problem = f"patch {p.number} does not change {c.file}"
+        if problem:
+            problems.append(f"{c.item} {c.where} {c.category}: {problem}")
+        rows.append((p, c, b, a, problem))
+    return rows, problems
+
+
+def report_series(before, after, claims, tracked, items, allow, patches) -> int:
+    """Prints claims, unclaimed removals, remaining and allowlisted sites; returns 1 on problems."""
+    problems: list[str] = []
+    rows, claim_problems = check_claims(claims, patches, before, after)
+    problems += claim_problems
+    print()
+    print("claims of the series (patches/census_claims.txt): sites before -> after")
+    for p, c, b, a, problem in rows:
+        if c.file == "-":
+            print(f"  {p.number}  (no census site: {c.reason})")
+            continue
+        verdict = "ok" if not problem else f"FAILED: {problem}"
+        print(f"  {p.number}  {c.where} [{c.category}]  {b} -> {a}  {verdict}")
+    claimed_ok = sum(1 for _, c, _b, _a, problem in rows if c.file != "-" and not problem)
+    print(f"  {claimed_ok} claims verified, {len(claim_problems)} problems")
+
+    unclaimed = [s for s in removed_sites(before, after)
+                 if s["area"] != "allowlisted" and not any(c.matches(s) for c in claims)]
+    if unclaimed:
+        print()
+        print("sites the series removes that no patch claims:")
+        for s in unclaimed:
+            print(f"  {s['path']}:{s['line']}  [{s['category']}] {s['scope']}: {s['code']}")
+        problems.append(f"{len(unclaimed)} removed sites are not claimed")
+
+    for r in tracked:
+        if r.item not in items:
+            problems.append(f"census_tracked.txt: {r.where} names {r.item}, not an item of TRACKED.md")
+    remaining = [s for s in after if s["area"] in FOCUS]
+    groups: dict[str, list[dict]] = collections.defaultdict(list)
+    unclassified = []
+    for s in remaining:
+        r = first_match(s, tracked)
+        if r is None:
+            unclassified.append(s)
+        else:
+            groups[r.item].append(s)
+    print()
+    print(f"left in the eager runtime and torch.distributed after the series: {len(remaining)} "
+          f"sites, {len(remaining) - len(unclassified)} tracked (TRACKED.md), "
+          f"{len(unclassified)} unclassified")
+    order = sorted(groups, key=lambda i: (i[0], int(i[1:])))
+    for item in order:
+        print(f"  tracked {item}: {items.get(item, '?')}")
+        for s in groups[item]:
+            print(f"      {s['path']}:{s['line']}  [{s['category']}] {s['scope']}")
+    if unclassified:
+        print("  unclassified (neither patched, tracked nor allowlisted):")
+        for s in unclassified:
+            print(f"      {s['path']}:{s['line']}  [{s['category']}] {s['scope']}: {s['code']}")
+        problems.append(f"{len(unclassified)} unclassified sites in the eager runtime and "
+                        "torch.distributed")
+
+    allowed = [s for s in after if s["area"] == "allowlisted"
+               and area_of(s["path"]) in FOCUS and not s["path"].startswith(DEVICE_SPECIFIC)]
+    by_reason: dict[str, list[dict]] = collections.defaultdict(list)
+    for s in allowed:
+        by_reason[first_match(s, allow).reason].append(s)
+    n_specific = sum(1 for s in after if s["path"].startswith(DEVICE_SPECIFIC))
+    print()
+    print(f"allowlisted in the eager runtime and torch.distributed (census_allowlist.txt): "
+          f"{len(allowed)} sites; {n_specific} more in device-specific modules")
+    for reason, sites in by_reason.items():
+        print(f"  {reason}")
+        for s in sites:
+            print(f"      {s['path']}:{s['line']}  [{s['category']}] {s['scope']}")
+
+    print()
+    if problems:
+        for pr in problems:
+            print(f"census: {pr}")
+        return 1
+    print("census: every claim holds (after = 0), no removed site is unclaimed, and every site "
+          "left in the eager runtime and torch.distributed is tracked or allowlisted")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("tree", nargs="?", help="torch tree (default: the installed torch)")
-    ap.add_argument("--series", action="store_true", help="also count after applying the series")
+    ap.add_argument("--series", action="store_true",
+                    help="also count after applying the series, check the claims, classify "
+                    "what is left")
     ap.add_argument("--series-dir", type=Path, default=REPO / "patches")
     ap.add_argument("--allowlist", type=Path, default=HERE / "census_allowlist.txt")
+    ap.add_argument("--tracked", type=Path, default=HERE / "census_tracked.txt")
+    ap.add_argument("--tracked-md", type=Path, default=HERE / "TRACKED.md")
+    ap.add_argument("--claims", type=Path, help="default: SERIES_DIR/census_claims.txt")
     ap.add_argument("--list", choices=("all", "removed", "remaining"),
                     help="print the sites (remaining: not allowlisted, eager runtime + distributed)")
     ap.add_argument("--json", type=Path, help="write the sites and counts as JSON")
@@ -302,6 +622,7 @@ def main(argv=None) -> int:
     version = halpatch.torch_version(root)
     before = scan(root, allow)
     after = None
+    patches = []
     if args.series:
         _, patches = halpatch.read_series(args.series_dir)
         states = halpatch.series_status(root, patches)
@@ -329,28 +650,20 @@ def main(argv=None) -> int:
     generic = [a for a, _ in AREAS]
     tb = sum(v for (a, _), v in cb.items() if a in generic)
     line = f"total outside allowlisted code: {tb}"
-    focus = ("eager runtime", "distributed")
-    fb = sum(v for (a, _), v in cb.items() if a in focus)
+    fb = sum(v for (a, _), v in cb.items() if a in FOCUS)
     if ca is not None:
         ta = sum(v for (a, _), v in ca.items() if a in generic)
-        fa = sum(v for (a, _), v in ca.items() if a in focus)
+        fa = sum(v for (a, _), v in ca.items() if a in FOCUS)
         line += f" -> {ta} ({ta - tb:+d}); eager runtime + distributed: {fb} -> {fa} ({fa - fb:+d})"
     else:
         line += f"; eager runtime + distributed: {fb}"
     print(line)
 
     if args.list:
-        key = lambda s: (s["path"], s["scope"], s["category"], s["code"])  # noqa: E731
         if args.list == "removed" and after is not None:
-            remaining = collections.Counter(key(s) for s in after)
-            listed = []
-            for s in before:
-                if remaining[key(s)]:
-                    remaining[key(s)] -= 1
-                else:
-                    listed.append(s)
+            listed = removed_sites(before, after)
         elif args.list == "remaining":
-            listed = [s for s in (after if after is not None else before) if s["area"] in focus]
+            listed = [s for s in (after if after is not None else before) if s["area"] in FOCUS]
         else:
             listed = before
         for s in listed:
@@ -361,7 +674,11 @@ def main(argv=None) -> int:
             "before": before,
             "after": after,
         }, indent=1))
-    return 0
+    if after is None:
+        return 0
+    claims = load_claims(args.claims or args.series_dir / "census_claims.txt")
+    return report_series(before, after, claims, load_tracked(args.tracked),
+                         tracked_items(args.tracked_md), allow, patches)
 
 
 def print_markdown(cb, ca):

@@ -25,6 +25,8 @@ PATCHES = TOOLS.parent
 TESTS = PATCHES / "tests"
 sys.path.insert(0, str(TOOLS))
 import halpatch  # noqa: E402
+sys.path.insert(0, str(PATCHES.parent / "tools"))
+import junit  # noqa: E402
 import torchcopy  # noqa: E402
 
 RESULT = {0: "pass", 1: "FAIL"}  # other pytest exit codes: error
@@ -74,6 +76,7 @@ def main(argv=None) -> int:
     ap.add_argument("--patch", action="append", help="only these patch numbers (NNNN)")
     ap.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     ap.add_argument("-v", "--verbose", action="store_true", help="print the output of failures")
+    ap.add_argument("--junit", type=Path, help="also write the results as JUnit XML here")
     args = ap.parse_args(argv)
 
     _, patches = halpatch.read_series(PATCHES)
@@ -112,10 +115,14 @@ def main(argv=None) -> int:
 
     ok_all = True
     table = []
+    cases = []
     for p, tname, (u, tu, ou), (a, ta, oa) in results:
         ok = u == "FAIL" and a == "pass"
         ok_all &= ok
         table.append((p.number, p.subject, u, a, "ok" if ok else "WRONG"))
+        detail = "" if ok else (f"expected FAIL unpatched and pass patched, got {u} and {a}\n"
+                                f"---- unpatched ----\n{ou[-3000:]}\n---- patched ----\n{oa[-3000:]}")
+        cases.append(junit.Case(f"{p.number} {tname}", "pass" if ok else "fail", detail))
         if args.verbose and not ok:
             for label, out in (("unpatched", ou), ("patched", oa)):
                 print(f"---- {tname} ({label}) ----\n{out[-4000:]}")
@@ -130,6 +137,8 @@ def main(argv=None) -> int:
         for n, subj, u, a, v in table:
             print(f"{n:<6} {subj:<{w}}  {u:<10} {a:<10} {v}")
     n_ok = sum(1 for *_, v in table if v == "ok")
+    if args.junit:
+        junit.write(args.junit, "patches-tests", cases)
     print(f"{n_ok} of {len(table)} per-patch tests fail unpatched and pass patched")
     return 0 if ok_all else 1
 
