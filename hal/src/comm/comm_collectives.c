@@ -378,7 +378,10 @@ static hal_status_t enqueue_host(comm_call_t *calls, size_t n)
             continue;
         if (st == HAL_OK) {
             hal_status_t out = stage_out(&calls[i], &stages[i]);
-            if (out != HAL_OK && st == HAL_OK)
+            /* The job may already have run and failed the stream (a peer disagreed, an abort):
+             * the collective was enqueued, and the stream reports that error; only a copy that
+             * could not be enqueued on a healthy stream fails the call. */
+            if (out != HAL_OK && HAL_SLOT_CALL(comm->ops, stream_query, stream->impl) != out)
                 st = out;
         } else {
             hal_allocator_free(comm->staging, stages[i].block);
