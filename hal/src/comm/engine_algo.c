@@ -707,6 +707,10 @@ static hal_status_t local_collective(hal_engine_comm_t *c, const hal_engine_op_t
     if (op->kind == HAL_ENGINE_BROADCAST && op->root != c->rank)
         payload = 0;
     HAL_CHECK(arrive(c, &x, op->sendbuf, payload, small));
+    /* Every rank arrived with the same count: an empty collective is complete (its buffers may
+     * be NULL, and nobody reads this rank's slot beyond the descriptor). */
+    if (x.bytes == 0)
+        return HAL_OK;
     if (all_flag(c, &x, ENG_F_SMALL))
         return run_small(c, &x);
     bool direct = all_flag(c, &x, ENG_F_IPC) || !c->multi_process;
