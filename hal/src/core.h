@@ -212,7 +212,8 @@ void hal_mem_map_reset_after_fork(void);
 void hal_handle_pool_reset_after_fork(void);
 
 /* Set by the collectives front end: aborts and destroys the communicators still alive on a
- * device that is being closed (they use its streams). NULL until a communicator exists. */
+ * device that is being closed (they use its streams). NULL until a communicator exists; accessed
+ * with __atomic builtins. */
 extern void (*hal_comm_close_device_hook)(struct hal_device_s *device);
 
 /* ---- devices (device.c) ---- */

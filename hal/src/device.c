@@ -28,8 +28,10 @@ static void close_device(struct hal_device_s *d)
 {
     bool validate = d->backend->validate;
     /* Communicators first: their queued work waits for peers, which an abort cuts short. */
-    if (hal_comm_close_device_hook)
-        hal_comm_close_device_hook(d);
+    void (*close_comms)(struct hal_device_s *) =
+        __atomic_load_n(&hal_comm_close_device_hook, __ATOMIC_ACQUIRE);
+    if (close_comms)
+        close_comms(d);
     /* Quiesce so that no queued work touches what is about to be freed. */
     if (d->ops->device_synchronize)
         d->ops->device_synchronize(d->impl);

@@ -351,7 +351,8 @@ hal_status_t hal_comm_init(const hal_unique_id_t *id, int nranks, int rank, hal_
         comm->has_init_thread = true;
     }
     comm->obj.magic = HAL_MAGIC_COMM;
-    hal_comm_close_device_hook = comm_close_device;
+    /* Every init stores the same value; atomic, because inits run concurrently. */
+    __atomic_store_n(&hal_comm_close_device_hook, comm_close_device, __ATOMIC_RELEASE);
     pthread_mutex_lock(&device->lock);
     hal_live_insert(&device->comms, &comm->link);
     pthread_mutex_unlock(&device->lock);
