@@ -43,7 +43,7 @@ def run_copy(copy_root: Path, device: str, out: Path, timeout: int, nproc: str) 
     out.mkdir(parents=True, exist_ok=True)
     work = out / "work"
     env = torchcopy.python_env(copy_root, {"OMP_NUM_THREADS": "1"})
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+    cmd = [torchcopy.python_executable(copy_root), "-m", "torch.distributed.run", "--standalone",
            f"--nproc-per-node={nproc}", str(SCRIPT), "--device", device,
            "--json-dir", str(out), "--work-dir", str(work)]
     try:

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Runs every per-patch test on an unpatched and on a patched copy of the installed torch.
 
-The system's torch is never modified: two private copies of it are made (``torchcopy.py``),
-the series is applied to one of them with ``halpatch.py apply`` (tree mode, ``patch -p1``), and
-each ``patches/tests/test_NNNN_*.py`` runs in its own pytest subprocess with the copy first on
-PYTHONPATH. A patch's test must FAIL on the unpatched copy (it shows the hardcoding, on the
-torch_hal device) and PASS on the patched one. Prints the table and exits non-zero otherwise.
+The system's torch is never modified: two private copies of it are made, each in a virtual
+environment of its own (``torchcopy.py``), the series is applied to one of them with
+``halpatch.py apply`` (tree mode, ``patch -p1``), and each ``patches/tests/test_NNNN_*.py`` runs
+in its own pytest subprocess under the interpreter of the copy's environment. A patch's test
+must FAIL on the unpatched copy (it shows the hardcoding, on the torch_hal device) and PASS on
+the patched one. Prints the table and exits non-zero otherwise.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def run_pytest(test: Path, copy_root: Path, timeout: int) -> tuple[str, float, s
     t0 = time.monotonic()
     try:
         r = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+            [torchcopy.python_executable(copy_root), "-m", "pytest", "-q", "-p", "no:cacheprovider",
              f"--rootdir={TESTS}", str(test)],
             cwd=TESTS, env=env, capture_output=True, text=True, timeout=timeout,
         )

@@ -1,16 +1,19 @@
 """Private copies of the installed torch package, for patching without touching the system's.
 
-A copy is a directory holding ``torch/``; putting it first on ``PYTHONPATH`` makes ``import torch``
-load it. Python sources are copied (the series edits them); every other file (the shared
-libraries, mostly) is hard-linked when the file system allows it, else copied. ``patch`` and
-``halpatch.py apply`` write new files and rename them over the old ones, so a hard link is never
-written through.
+A copy lives in a virtual environment of its own (``<dest>/venv``, made with
+``--system-site-packages`` so that torch's dependencies, pytest and torch_hal come from the
+system): torch is copied into the environment's site-packages, which its interpreter puts before
+the system's, so ``import torch`` there loads the copy. Python sources are copied (the series
+edits them); every other file (the shared libraries, mostly) is hard-linked when the file system
+allows it, else copied. ``patch`` and ``halpatch.py apply`` write new files and rename them over
+the old ones, so a hard link is never written through.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -18,14 +21,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import halpatch  # noqa: E402
 
 
+def _venv_python(venv: Path) -> Path:
+    return venv / "bin" / "python"
+
+
 def make_copy(dest: str | Path, source_root: str | Path | None = None) -> Path:
-    """Copies ``<source_root>/torch`` (default: the installed torch) to ``<dest>/torch``."""
+    """Makes the virtual environment ``<dest>/venv`` and copies ``<source_root>/torch`` (default:
+    the installed torch) into its site-packages. Returns that site-packages directory (the copy's
+    root: it holds ``torch/``; patch it in tree mode, run code with ``python_executable``)."""
     src = Path(source_root) if source_root else halpatch.installed_torch_root()
     src_torch = src / "torch"
-    dest = Path(dest)
+    venv = Path(dest) / "venv"
+    if venv.exists():
+        raise FileExistsError(venv)
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip",
+                    str(venv)], check=True)
+    purelib = subprocess.run(
+        [str(_venv_python(venv)), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True, capture_output=True, text=True).stdout.strip()
+    dest = Path(purelib)
     dst_torch = dest / "torch"
-    if dst_torch.exists():
-        raise FileExistsError(dst_torch)
     dest.mkdir(parents=True, exist_ok=True)
     can_link = True
     for dirpath, dirnames, filenames in os.walk(src_torch):
@@ -48,11 +63,20 @@ def make_copy(dest: str | Path, source_root: str | Path | None = None) -> Path:
     return dest
 
 
+def python_executable(copy_root: Path) -> str:
+    """The interpreter of the copy's virtual environment (``copy_root`` from ``make_copy``)."""
+    for parent in Path(copy_root).parents:
+        if (parent / "pyvenv.cfg").exists():
+            return str(_venv_python(parent))
+    raise FileNotFoundError(f"{copy_root} is not inside a virtual environment made by make_copy")
+
+
 def python_env(copy_root: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """Environment for a subprocess that must import torch from ``copy_root``."""
+    """Environment for the copy's interpreter (``python_executable``): nothing on PYTHONPATH may
+    shadow the copy."""
     env = dict(os.environ)
-    old = env.get("PYTHONPATH")
-    env["PYTHONPATH"] = str(copy_root) + (os.pathsep + old if old else "")
+    env.pop("PYTHONPATH", None)
+    env.pop("PYTHONHOME", None)
     env["HALPATCH_TORCH_COPY"] = str(copy_root)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     if extra:
