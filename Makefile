@@ -1,25 +1,40 @@
-# torch-hal front door. Every target installs what it needs on a fresh Debian 12 machine, then
-# delegates to Bazel.
+# torch-hal front door. Every target installs what it needs on a fresh Debian 12 machine (Debian
+# packages, the torch 2.13.0 wheel, the bridge), then delegates to Bazel and the project's scripts.
 #
-#   make demo                       the main job (see README)
-#   make test                       every test, including the sanitizer runs
-#   make conformance BACKEND=cpu    the conformance suite on one backend
-#   make bench                      benchmarks with figures and targets
+#   make demo                       the main job: examples/demo.sh (DDP training on the emulated
+#                                   Trainium device and on the CPU, losses compared)
+#   make test                       every test; ends with "N passed, N failed[, N skipped]"
+#   make conformance BACKEND=cpu    the conformance suite on one backend (cpu, trainium, cuda)
+#   make bench                      benchmarks with figures, ratios and targets
+#   make patches-check              the PyTorch patch series: lint, apply check, per-patch tests,
+#                                   the CUDA-style acceptance table
+#   make census                     CUDA hardcoding in torch before and after the series
+#   make soak                       randomized fault campaign (HAL_LAYERS=faults) over the
+#                                   conformance suite and DDP training
+#   make fuzz / fuzz-smoke          libFuzzer targets (fuzz/fuzz.mk)
 #   make format / format-check      clang-format the C/C++ sources / check them
+#   make gpu-bundle                 binaries for conformance/gpu/run.sh on a GPU machine
 
 SHELL := /bin/bash
 BACKEND ?= cpu
 BAZEL ?= bazel
+PYTHON ?= python3
 OUT := out
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-APT_PACKAGES := bazel-bootstrap bazel-rules-java googletest libgtest-dev clang-format python3
-C_SOURCES = $(shell git ls-files '*.c' '*.h' '*.cc' '*.cpp')
+APT_PACKAGES := bazel-bootstrap bazel-rules-java googletest libgtest-dev clang-format python3 \
+	python3-venv quilt
+TORCH_VERSION := 2.13.0
+# What the bridge's and the patch series' tests import besides torch.
+PY_TEST_PACKAGES := pytest expecttest
+C_SOURCES = $(shell git ls-files --cached --others --exclude-standard '*.c' '*.h' '*.cc' '*.cpp')
 # Packages of C/C++ targets exercised by the sanitizer runs.
 SANITIZED := //hal/... //hal_backends/... //conformance/...
+TESTLOGS := $(OUT)/testlogs
+JUNIT := $(PYTHON) tools/junit.py
 
-
-.PHONY: all deps deps-bench build test test-default test-asan test-tsan conformance bench demo format \
-	format-check clean
+.PHONY: all deps deps-python deps-bench bridge build test test-default test-asan test-tsan \
+	test-bridge test-patches test-fuzz test-soak conformance bench demo patches-check census \
+	soak format format-check clean gpu-bundle
 
 all: build
 
@@ -37,24 +52,173 @@ endef
 deps:
 	$(call apt_install,$(APT_PACKAGES))
 
+# torch 2.13.0 (the CPU wheel) and the test packages, only if missing.
+deps-python: deps
+	@$(PYTHON) -c 'import torch, sys; sys.exit(torch.__version__.split("+")[0] != "$(TORCH_VERSION)")' \
+	  2>/dev/null || { echo "make: installing torch==$(TORCH_VERSION)"; \
+	  $(PYTHON) -m pip install -q torch==$(TORCH_VERSION); }
+	@$(PYTHON) -c 'import pytest, expecttest' 2>/dev/null || \
+	  $(PYTHON) -m pip install -q $(PY_TEST_PACKAGES)
+
+# The PyTorch bridge, built against the installed torch (no build isolation: no other torch).
+# Skipped when what it is built from (bridge/, the HAL, the backends) has not changed since the
+# last install.
+BRIDGE_INPUTS = $(shell git ls-files --cached --others --exclude-standard bridge hal hal_backends \
+	tools third_party WORKSPACE .bazelrc)
+bridge: deps-python
+	@hash=$$(cat $(BRIDGE_INPUTS) | sha1sum | cut -d' ' -f1; $(PYTHON) -c 'import torch; print(torch.__version__)'); \
+	if [ "$$hash" = "$$(cat $(OUT)/bridge.hash 2>/dev/null)" ] && \
+	  (cd /tmp && $(PYTHON) -c 'import torch_hal') 2>/dev/null; then \
+	  echo "make: torch_hal is up to date"; \
+	else \
+	  echo "make: building and installing torch_hal (bridge/)"; \
+	  $(PYTHON) -m pip install -q --no-build-isolation --no-deps ./bridge && \
+	  mkdir -p $(OUT) && echo "$$hash" > $(OUT)/bridge.hash; \
+	fi
+
 # The collectives benchmark's peers: Open MPI and Gloo from Debian.
 BENCH_APT_PACKAGES := openmpi-bin libopenmpi-dev libgloo-dev
-deps-bench: deps-bench
-	$(BAZEL) build //bench:hal_bench //bench:coll_peers //hal_backends/cpu:libhal_backend_cpu.so
-	HAL_BACKEND_PATH=$$PWD/bazel-bin/hal_backends/cpu ./bazel-bin/bench/hal_bench $(BENCH_ARGS)
+deps-bench: deps
+	$(call apt_install,$(BENCH_APT_PACKAGES))
 
-# The main job. Until the PyTorch bridge exists: the conformance suite and the benchmarks on the
-# cpu reference backend, with their summaries.
-demo: deps
-	@$(MAKE) --no-print-directory conformance BACKEND=cpu
-	@$(MAKE) --no-print-directory bench
+build: deps
+	$(BAZEL) build //...
+
+# ---- tests -------------------------------------------------------------------------------------
+
+# Every test, each suite's JUnit XML under out/testlogs/<suite>, then one summary line.
+TEST_SUITES := format-check test-default test-asan test-tsan test-bridge test-patches test-fuzz \
+	test-soak
+test: deps-python
+	@rm -rf $(TESTLOGS); mkdir -p $(TESTLOGS); rc=0; start=$$SECONDS; \
+	for t in $(TEST_SUITES); do \
+	  echo "== make $$t ($$((SECONDS - start)) s so far)"; \
+	  $(MAKE) --no-print-directory $$t || rc=1; \
+	done; \
+	echo "== make test: $$((SECONDS - start)) s"; \
+	$(PYTHON) tools/test_summary.py $(TESTLOGS) || rc=1; \
+	exit $$rc
+
+# Runs one Bazel test configuration and keeps its JUnit logs under out/testlogs/<name>.
+define bazel_test
+	@echo "== bazel test $(2) ($(1))"
+	@rc=0; $(BAZEL) test $(3) $(2) || rc=$$?; \
+	rm -rf $(TESTLOGS)/$(1); mkdir -p $(TESTLOGS)/$(1); \
+	cp -rL bazel-testlogs/. $(TESTLOGS)/$(1)/ 2>/dev/null || true; \
+	exit $$rc
+endef
+
+test-default: deps
+	$(call bazel_test,default,//...,)
+
+test-asan: deps
+	$(call bazel_test,asan,$(SANITIZED),--config=asan)
+
+test-tsan: deps
+	$(call bazel_test,tsan,$(SANITIZED),--config=tsan)
+
+# The bridge's tests (OpInfo, device behaviour, DDP, loss alignment) on the cpu backend and on
+# the Trainium backend over the libnrt emulator. Run outside the checkout, so that the installed
+# package is what is tested.
+test-bridge: bridge
+	@cd /tmp && $(PYTHON) -m pytest -q -p no:cacheprovider $(CURDIR)/bridge/tests \
+	  --junitxml=$(CURDIR)/$(TESTLOGS)/bridge-cpu/test.xml; rc1=$$?; \
+	cd /tmp && TORCH_HAL_BACKEND=trainium $(PYTHON) -m pytest -q -p no:cacheprovider \
+	  $(CURDIR)/bridge/tests --junitxml=$(CURDIR)/$(TESTLOGS)/bridge-trainium/test.xml; rc2=$$?; \
+	[ $$rc1 = 0 ] && [ $$rc2 = 0 ]
+
+# The patch series: the tools' own tests, lint, per-patch tests, acceptance, census.
+test-patches: bridge
+	@$(PYTHON) -m pytest -q -p no:cacheprovider patches/tests/test_tools_halpatch.py \
+	  patches/tests/test_tools_census.py --junitxml=$(TESTLOGS)/patches-tools/test.xml
+	@$(MAKE) --no-print-directory patches-check census PATCHES_JUNIT=$(TESTLOGS)
+
+# A few seconds of every fuzz target (the full run is make fuzz).
+test-fuzz:
+	@$(JUNIT) --out $(TESTLOGS)/fuzz-smoke/test.xml --suite fuzz-smoke -- \
+	  $(MAKE) --no-print-directory fuzz-smoke
+
+# A short fault campaign (the full one is make soak).
+test-soak: bridge
+	@$(MAKE) --no-print-directory soak SOAK_ARGS="--smoke" \
+	  SOAK_JUNIT=$(TESTLOGS)/soak-smoke/test.xml
+
+# ---- the main job, conformance, benchmarks -----------------------------------------------------
+
+demo: bridge
+	@bash examples/demo.sh
+
+# For BACKEND=trainium without a real Neuron runtime (no HAL_NEURON_LIBNRT and nothing in
+# /opt/aws/neuron/lib), the libnrt emulator is built and used, on two emulated NeuronCores.
+NEURON_RUNTIME := /opt/aws/neuron/lib/libnrt.so.1
+conformance: deps
+	$(BAZEL) build //conformance:hal_conformance //hal_backends/$(BACKEND):libhal_backend_$(BACKEND).so
+	@if [ "$(BACKEND)" = trainium ] && [ -z "$$HAL_NEURON_LIBNRT" ] && [ ! -e $(NEURON_RUNTIME) ]; then \
+	  $(BAZEL) build //hal_backends/trainium/emulator:libnrt.so.1 && \
+	  echo "conformance: no Neuron runtime found; using the libnrt emulator on 2 NeuronCores"; \
+	  export HAL_NEURON_LIBNRT=$$PWD/bazel-bin/hal_backends/trainium/emulator/libnrt.so.1; \
+	  export NEURON_RT_NUM_CORES=$${NEURON_RT_NUM_CORES:-2}; \
+	fi; \
+	HAL_BACKEND_PATH=$$PWD/bazel-bin/hal_backends/$(BACKEND) \
+	  ./bazel-bin/conformance/hal_conformance --backend=$(BACKEND) $(CONFORMANCE_ARGS)
+
+# hal_bench on the cpu backend and on the Trainium backend over the libnrt emulator, then the
+# training step time of the bridge (examples/bench_step_time.py).
+BENCH_BACKENDS ?= cpu,trainium
+bench: deps-bench bridge
+	$(BAZEL) build //bench:hal_bench //bench:coll_peers //hal_backends/cpu:libhal_backend_cpu.so \
+	  //hal_backends/trainium:libhal_backend_trainium.so //hal_backends/trainium/emulator:libnrt.so.1
+	HAL_BACKEND_PATH=$$PWD/bazel-bin/hal_backends/cpu:$$PWD/bazel-bin/hal_backends/trainium \
+	  HAL_NEURON_LIBNRT=$${HAL_NEURON_LIBNRT:-$$PWD/bazel-bin/hal_backends/trainium/emulator/libnrt.so.1} \
+	  NEURON_RT_NUM_CORES=$${NEURON_RT_NUM_CORES:-2} \
+	  ./bazel-bin/bench/hal_bench --backend=$(BENCH_BACKENDS) $(BENCH_ARGS)
+	cd /tmp && $(PYTHON) $(CURDIR)/examples/bench_step_time.py --json $(CURDIR)/$(OUT)/bench/step_time.json
+
+# ---- the patch series --------------------------------------------------------------------------
+
+# PATCHES_JUNIT=DIR also writes each step's JUnit XML below DIR (make test does).
+PATCHES_JUNIT ?=
+patch_junit = $(if $(PATCHES_JUNIT),--junit $(PATCHES_JUNIT)/$(1)/test.xml)
+patches-check: bridge
+	@echo "== lint"
+	@$(if $(PATCHES_JUNIT),$(JUNIT) --out $(PATCHES_JUNIT)/patches-lint/test.xml --suite patches-lint --) \
+	  $(PYTHON) patches/tools/halpatch.py lint
+	@echo "== apply --check (the installed torch, read only)"
+	@$(if $(PATCHES_JUNIT),$(JUNIT) --out $(PATCHES_JUNIT)/patches-apply-check/test.xml --suite patches-apply-check --) \
+	  $(PYTHON) patches/tools/halpatch.py apply --check installed
+	@echo "== per-patch tests (a private copy of torch, unpatched and patched)"
+	@$(PYTHON) patches/tools/run_tests.py $(call patch_junit,patches-tests)
+	@echo "== acceptance: a CUDA-style training script, unpatched vs patched"
+	@$(PYTHON) patches/acceptance/run_acceptance.py $(call patch_junit,patches-acceptance)
+
+census: deps-python
+	@$(if $(PATCHES_JUNIT),$(JUNIT) --out $(PATCHES_JUNIT)/census/test.xml --suite census --) \
+	  $(PYTHON) upstream_tracking/census.py --series
+
+# ---- reliability -------------------------------------------------------------------------------
+
+# soak/README.md: 200 runs (default budget 10 minutes); SOAK_ARGS="--smoke" for the short one.
+SOAK_ARGS ?=
+SOAK_JUNIT ?=
+soak: bridge
+	$(BAZEL) build //conformance:hal_conformance //hal_backends/cpu:libhal_backend_cpu.so
+	$(PYTHON) soak/soak.py $(SOAK_ARGS) $(if $(SOAK_JUNIT),--junit $(SOAK_JUNIT))
+
+include fuzz/fuzz.mk
+
+# ---- other -------------------------------------------------------------------------------------
+
+# What conformance/gpu/run.sh runs on an NVIDIA GPU machine without Bazel (out/gpu-bundle); see
+# hal_backends/cuda/README.md.
+gpu-bundle: deps
+	bash conformance/gpu/bundle.sh
 
 format:
 	clang-format -i $(C_SOURCES)
 
 format-check:
-	@mkdir -p $(OUT)/testlogs/format
-	@python3 tools/format_check.py --junit $(OUT)/testlogs/format/test.xml
+	@mkdir -p $(TESTLOGS)/format
+	@$(PYTHON) tools/format_check.py --junit $(TESTLOGS)/format/test.xml
 
 clean:
 	$(BAZEL) clean
