@@ -133,9 +133,10 @@ test-bridge: bridge
 
 # The patch series: the tools' own tests, lint, per-patch tests, acceptance, census.
 test-patches: bridge
-	@$(PYTHON) -m pytest -q -p no:cacheprovider patches/tests/test_tools_halpatch.py \
-	  patches/tests/test_tools_census.py --junitxml=$(TESTLOGS)/patches-tools/test.xml
-	@$(MAKE) --no-print-directory patches-check census PATCHES_JUNIT=$(TESTLOGS)
+	@rc=0; $(PYTHON) -m pytest -q -p no:cacheprovider patches/tests/test_tools_halpatch.py \
+	  patches/tests/test_tools_census.py --junitxml=$(TESTLOGS)/patches-tools/test.xml || rc=1; \
+	$(MAKE) --no-print-directory -k patches-check census PATCHES_JUNIT=$(TESTLOGS) || rc=1; \
+	exit $$rc
 
 # A few seconds of every fuzz target (the full run is make fuzz).
 test-fuzz:
@@ -190,7 +191,7 @@ patches-check: bridge
 	@echo "== apply --check (the installed torch, read only)"
 	@$(if $(PATCHES_JUNIT),$(JUNIT) --out $(PATCHES_JUNIT)/patches-apply-check/test.xml --suite patches-apply-check --) \
 	  $(PYTHON) patches/tools/halpatch.py apply --check installed
-	@echo "== per-patch tests (a private copy of torch, unpatched and patched)"
+	@echo "== per-patch tests (private copies of torch in virtual environments: unpatched, patched)"
 	@$(PYTHON) patches/tools/run_tests.py $(call patch_junit,patches-tests)
 	@echo "== acceptance: a CUDA-style training script, unpatched vs patched"
 	@$(PYTHON) patches/acceptance/run_acceptance.py $(call patch_junit,patches-acceptance)
