@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Line coverage of the code under test, reached by each C target's corpus (the committed seeds
-# plus what `make fuzz` found, out/fuzz/work/TARGET): builds the targets again with clang's
+# plus what `make fuzz` found, out/fuzz/found/TARGET): builds the targets again with clang's
 # source-based coverage, replays the corpora once and prints llvm-cov's summary for the files
 # each target is about.
 #
@@ -31,7 +31,7 @@ for t in "${targets[@]}"; do
     bin="$out/coverage/fuzz_$t"
     "$cc" "${flags[@]}" -o "$bin" "${src[@]}" "${libs[@]}"
     dirs=(fuzz/corpus/"$t")
-    [ -d "$out/work/$t" ] && dirs+=("$out/work/$t")
+    [ -d "$out/found/$t" ] && dirs+=("$out/found/$t")
     LLVM_PROFILE_FILE="$bin.profraw" "$bin" -runs=0 "${dirs[@]}" >/dev/null 2>&1 || true
     llvm-profdata merge -o "$bin.profdata" "$bin.profraw"
     echo "== $t"

@@ -5,7 +5,7 @@
 #   fuzz/run.sh [--out DIR] [--seconds S] [--runs N] TARGET...
 #
 # Each target runs until it made N executions (0: no limit) or S seconds passed, on its committed
-# seed corpus (fuzz/corpus/TARGET, never modified) plus a working corpus DIR/work/TARGET that
+# seed corpus (fuzz/corpus/TARGET, never modified) plus a working corpus DIR/found/TARGET that
 # keeps what it found for the next run. Crash inputs go to DIR/artifacts/TARGET/, the output of
 # each run to DIR/logs/TARGET.log. A target that cannot run says why and counts as skipped.
 set -u
@@ -28,7 +28,7 @@ mkdir -p "$out/logs"
 rows=()
 crashed=0
 for t in "${targets[@]}"; do
-    work="$out/work/$t"
+    work="$out/found/$t"
     artifacts="$out/artifacts/$t"
     log="$out/logs/$t.log"
     mkdir -p "$work" "$artifacts" "$here/corpus/$t"
