@@ -111,6 +111,7 @@ def _cuda_gpu_test(name, src, env, linkopts = []):
         deps = [
             "//hal",
             "//tools/ctest",
+            "//tools/ctest:ctest_host",
         ],
     )
 

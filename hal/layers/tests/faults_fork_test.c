@@ -8,13 +8,12 @@
  * The parent never opens a backend and never creates a thread: rank 0 makes the unique id (its
  * process runs the bootstrap root) and hands it out through pipes. Children leave with _exit. */
 #include <dirent.h>
-#include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 
 #include "hal/layers/tests/layer_test_util.h"
+#include "tools/ctest/ctest_fdio.h"
 
 #define NRANKS     3
 #define STEPS      5
@@ -35,41 +34,6 @@ typedef struct job {
     int result_pipe[NRANKS][2];
     char log_path[NRANKS][PATH_MAX];
 } job_t;
-
-static int read_full(int fd, void *buf, size_t n, int timeout_ms)
-{
-    uint8_t *p = buf;
-    double deadline = lt_now_ms() + timeout_ms;
-    while (n > 0) {
-        struct pollfd pf = { fd, POLLIN, 0 };
-        double left = deadline - lt_now_ms();
-        if (left <= 0 || poll(&pf, 1, (int)left) <= 0)
-            return -1;
-        ssize_t r = read(fd, p, n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return -1;
-        p += r;
-        n -= (size_t)r;
-    }
-    return 0;
-}
-
-static int write_full(int fd, const void *buf, size_t n)
-{
-    const uint8_t *p = buf;
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
 
 #define CHILD_CHECK(cond)                                                                        \
     do {                                                                                         \
@@ -99,10 +63,10 @@ static void child(job_t *job, int rank, const char *spec)
     if (rank == 0) {
         CHILD_CHECK(hal_comm_get_unique_id(0, &id) == HAL_OK);
         for (int r = 1; r < NRANKS; r++)
-            CHILD_CHECK(write_full(job->id_pipe[r][1], &id, sizeof(id)) == 0);
+            CHILD_CHECK(ctest_write_full(job->id_pipe[r][1], &id, sizeof(id)) == 0);
         memcpy(res.nonce, id.internal + 64, sizeof(res.nonce)); /* see bootstrap.c */
     } else {
-        CHILD_CHECK(read_full(job->id_pipe[rank][0], &id, sizeof(id), 10000) == 0);
+        CHILD_CHECK(ctest_read_full(job->id_pipe[rank][0], &id, sizeof(id), 10000) == 0);
     }
     CHILD_CHECK(hal_device_get(b, (uint32_t)rank, &d) == HAL_OK);
     CHILD_CHECK(hal_stream_create(d, 0, &s) == HAL_OK);
@@ -134,7 +98,7 @@ static void child(job_t *job, int rank, const char *spec)
     hal_comm_destroy(comm);
     hal_mem_free(buf);
     CHILD_CHECK(hal_backend_close(b) == HAL_OK);
-    CHILD_CHECK(write_full(job->result_pipe[rank][1], &res, sizeof(res)) == 0);
+    CHILD_CHECK(ctest_write_full(job->result_pipe[rank][1], &res, sizeof(res)) == 0);
     _exit(0);
 }
 
@@ -167,7 +131,7 @@ static int run_job(const char *spec, result_t results[NRANKS], int signals[NRANK
     for (int r = 0; r < NRANKS; r++) {
         close(job.result_pipe[r][1]);
         results[r] = (result_t){ .rank = -1 };
-        read_full(job.result_pipe[r][0], &results[r], sizeof(results[r]), 40000);
+        ctest_read_full(job.result_pipe[r][0], &results[r], sizeof(results[r]), 40000);
         int status = 0;
         double deadline = lt_now_ms() + 40000;
         pid_t w;

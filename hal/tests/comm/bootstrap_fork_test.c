@@ -6,7 +6,6 @@
  * ThreadSanitizer, and every rank starts its accept thread. Children leave with _exit so they
  * run none of the parent's exit handlers. */
 #include <errno.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +14,7 @@
 #include <unistd.h>
 
 #include "hal/tests/comm/bootstrap_test_util.h"
+#include "tools/ctest/ctest_fdio.h"
 
 #define MAX_CHILDREN 4
 
@@ -25,41 +25,6 @@ typedef struct job {
     int ready_pipe[2];            /* any rank -> parent */
     int go_pipe[MAX_CHILDREN][2]; /* parent -> rank i */
 } job_t;
-
-static int read_full(int fd, void *buf, size_t n, int timeout_ms)
-{
-    uint8_t *p = buf;
-    int64_t deadline = test_now_ms() + timeout_ms;
-    while (n > 0) {
-        struct pollfd pf = { fd, POLLIN, 0 };
-        int64_t left = deadline - test_now_ms();
-        if (left <= 0 || poll(&pf, 1, (int)left) <= 0)
-            return -1;
-        ssize_t r = read(fd, p, n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return -1;
-        p += r;
-        n -= (size_t)r;
-    }
-    return 0;
-}
-
-static int write_full(int fd, const void *buf, size_t n)
-{
-    const uint8_t *p = buf;
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
 
 /* In a child: fails the child with the line number as exit status. */
 #define CHILD_CHECK(cond)                                                                         \
@@ -78,9 +43,9 @@ static hal_unique_id_t child_get_id(job_t *job, int rank)
     if (rank == 0) {
         CHILD_CHECK(hal_bootstrap_new_id(0, TEST_TIMEOUT_MS, &id) == HAL_OK);
         for (int i = 1; i < job->n; i++)
-            CHILD_CHECK(write_full(job->id_pipe[i][1], &id, sizeof(id)) == 0);
+            CHILD_CHECK(ctest_write_full(job->id_pipe[i][1], &id, sizeof(id)) == 0);
     } else {
-        CHILD_CHECK(read_full(job->id_pipe[rank][0], &id, sizeof(id), 5000) == 0);
+        CHILD_CHECK(ctest_read_full(job->id_pipe[rank][0], &id, sizeof(id), 5000) == 0);
     }
     return id;
 }
@@ -224,12 +189,12 @@ static void killed_peer_child(job_t *job, int rank)
     CHILD_CHECK(hal_bootstrap_barrier(b) == HAL_OK);
     CHILD_CHECK(hal_bootstrap_barrier(b) == HAL_OK);
     char byte = (char)rank;
-    CHILD_CHECK(write_full(job->ready_pipe[1], &byte, 1) == 0);
+    CHILD_CHECK(ctest_write_full(job->ready_pipe[1], &byte, 1) == 0);
     if (rank == job->n - 1) {
         for (;;)
             pause(); /* the parent kills this one */
     }
-    CHILD_CHECK(read_full(job->go_pipe[rank][0], &byte, 1, 10000) == 0);
+    CHILD_CHECK(ctest_read_full(job->go_pipe[rank][0], &byte, 1, 10000) == 0);
     int64_t t0 = test_now_ms();
     hal_status_t st = hal_bootstrap_barrier(b);
     if (st == HAL_OK)
@@ -249,14 +214,14 @@ CTEST(bootstrap_fork, killed_peer_turns_into_remote_or_timeout)
     CTEST_CHECK(job_start(&job, n, killed_peer_child) == 0);
     int ready = 0;
     char byte;
-    while (ready < n && read_full(job.ready_pipe[0], &byte, 1, 4 * TEST_TIMEOUT_MS) == 0)
+    while (ready < n && ctest_read_full(job.ready_pipe[0], &byte, 1, 4 * TEST_TIMEOUT_MS) == 0)
         ready++;
     int ok = ready == n;
     if (ok) {
         kill(job.pid[n - 1], SIGKILL);
         job_wait(&job, n - 1, TEST_TIMEOUT_MS);
         for (int i = 0; i < n - 1; i++)
-            ok &= write_full(job.go_pipe[i][1], "g", 1) == 0;
+            ok &= ctest_write_full(job.go_pipe[i][1], "g", 1) == 0;
     }
     for (int i = 0; i < n - 1; i++) {
         int code = job_wait(&job, i, 3 * TEST_TIMEOUT_MS);

@@ -6,40 +6,13 @@
  * is skipped, later copies are refused, events recorded after it and callbacks after it are
  * told, query, synchronize and destroy report it with the function's message. */
 #include <dlfcn.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "hal/hal_backend_abi.h"
 #include "hal_backends/cuda/tests/cuda_test_util.h"
-
-static _Thread_local char detail[1024];
-static _Thread_local bool detail_set;
-
-static void host_set_error(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(detail, sizeof(detail), fmt, ap);
-    va_end(ap);
-    detail_set = true;
-}
-
-static const char *host_take_error(void)
-{
-    if (!detail_set)
-        return NULL;
-    detail_set = false;
-    return detail;
-}
-
-static const hal_host_services_t host = {
-    .struct_size = sizeof(hal_host_services_t),
-    .api_version = HAL_API_VERSION,
-    .set_error = host_set_error,
-    .take_error = host_take_error,
-};
+#include "tools/ctest/ctest_host.h"
 
 static const hal_backend_ops_t *load_ops(void)
 {
@@ -65,7 +38,7 @@ static hal_status_t failing_fn(void *arg, hal_status_t stream_status)
     (void)stream_status;
     ct_gate_t *g = arg;
     ct_gate_fn(HAL_OK, g);
-    host_set_error("peer 3 went away");
+    ctest_host_services.set_error("peer 3 went away");
     return HAL_ERROR_REMOTE;
 }
 
@@ -82,7 +55,7 @@ CTEST(CudaSlots, HostFunctionFailureLatches)
     const hal_backend_ops_t *ops = load_ops();
     CTEST_CHECK(ops != NULL && ops->stream_launch_host_fn != NULL);
     void *backend = NULL, *dev = NULL, *s = NULL, *ev = NULL;
-    CTEST_CHECK(ops->init(&host, &backend) == HAL_OK);
+    CTEST_CHECK(ops->init(&ctest_host_services, &backend) == HAL_OK);
     CTEST_CHECK(ops->device_open(backend, 0, &dev) == HAL_OK);
     CT_EXPECT_OK(ops->stream_create(dev, 0, &s));
     CT_EXPECT_OK(ops->event_create(dev, HAL_EVENT_FLAG_NONE, &ev));
@@ -114,7 +87,8 @@ CTEST(CudaSlots, HostFunctionFailureLatches)
     CT_EXPECT_STATUS(ops->event_query(ev), HAL_NOT_READY);
     ct_gate_open(&g);
     CT_EXPECT_STATUS(ops->stream_synchronize(s), HAL_ERROR_REMOTE);
-    CT_EXPECT(strstr(detail, "peer 3 went away") != NULL);
+    const char *why = ctest_host_services.take_error();
+    CT_EXPECT(why != NULL && strstr(why, "peer 3 went away") != NULL);
     CT_EXPECT(((unsigned char *)p)[0] == 0x44 && ((unsigned char *)p)[4095] == 0x44);
     CT_EXPECT(seen_status == HAL_ERROR_REMOTE);
     CT_EXPECT_STATUS(ops->event_query(ev), HAL_ERROR_REMOTE);
@@ -150,7 +124,7 @@ CTEST(CudaSlots, VersionsAcrossDeferredRecords)
     const hal_backend_ops_t *ops = load_ops();
     CTEST_CHECK(ops != NULL);
     void *backend = NULL, *dev = NULL, *a = NULL, *bs = NULL, *c = NULL, *ev = NULL, *eb = NULL;
-    CTEST_CHECK(ops->init(&host, &backend) == HAL_OK);
+    CTEST_CHECK(ops->init(&ctest_host_services, &backend) == HAL_OK);
     CTEST_CHECK(ops->device_open(backend, 0, &dev) == HAL_OK);
     CT_EXPECT_OK(ops->stream_create(dev, 0, &a));
     CT_EXPECT_OK(ops->stream_create(dev, 0, &bs));

@@ -3,42 +3,13 @@
  * messages, the priority order of the per-core execution slots, and stream host functions
  * (the 1.1 slot stream_launch_host_fn), driven directly with a minimal host-services struct
  * and a runtime table that has only what the code under test calls. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
 #include "hal_backends/trainium/trn_internal.h"
 #include "tools/ctest/ctest.h"
-
-/* ---- host services ------------------------------------------------------------------------- */
-
-static _Thread_local char detail[1024];
-static _Thread_local bool detail_set;
-
-static void host_set_error(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(detail, sizeof(detail), fmt, ap);
-    va_end(ap);
-    detail_set = true;
-}
-
-static const char *host_take_error(void)
-{
-    if (!detail_set)
-        return NULL;
-    detail_set = false;
-    return detail;
-}
-
-static const hal_host_services_t host = {
-    .struct_size = sizeof(hal_host_services_t),
-    .api_version = HAL_API_VERSION,
-    .set_error = host_set_error,
-    .take_error = host_take_error,
-};
+#include "tools/ctest/ctest_host.h"
 
 /* ---- status mapping ------------------------------------------------------------------------ */
 
@@ -208,13 +179,13 @@ static hal_status_t host_fn(void *arg, hal_status_t stream_status)
     atomic_fetch_add(&p->runs, 1);
     atomic_store(&p->seen_status, (int)stream_status);
     if (p->message != NULL)
-        host.set_error("%s", p->message);
+        ctest_host_services.set_error("%s", p->message);
     return p->result;
 }
 
 static void leave_stale_detail(hal_status_t status, void *arg)
 {
-    host.set_error("a stale detail that must not be latched");
+    ctest_host_services.set_error("a stale detail that must not be latched");
 }
 
 /* Host functions run in stream order without an execution slot (the HAL's collectives block
@@ -223,7 +194,7 @@ CTEST(TrnUnit, LaunchHostFn)
 {
     trn_backend_t backend;
     memset(&backend, 0, sizeof(backend));
-    backend.host = &host;
+    backend.host = &ctest_host_services;
     backend.nrt.get_vnc_memory_stats = fake_stats;
     backend.device_count = 1;
     void *dev_ = NULL, *stream_ = NULL;
@@ -253,7 +224,7 @@ CTEST(TrnUnit, LaunchHostFn)
     CTEST_CHECK(trn_stream_launch_host_fn(stream_, host_fn, &bad) == HAL_OK);
     CTEST_CHECK(trn_stream_launch_host_fn(stream_, host_fn, &after) == HAL_OK);
     CTEST_CHECK(trn_stream_synchronize(stream_) == HAL_ERROR_REMOTE);
-    const char *msg = host_take_error();
+    const char *msg = ctest_host_services.take_error();
     CTEST_CHECK(msg != NULL && strstr(msg, "the stream failed earlier: peer 3 vanished") != NULL);
     CTEST_CHECK(atomic_load(&after.runs) == 1);
     CTEST_CHECK(atomic_load(&after.seen_status) == HAL_ERROR_REMOTE);
@@ -264,7 +235,7 @@ CTEST(TrnUnit, LaunchHostFn)
     CTEST_CHECK(trn_stream_add_callback(stream_, leave_stale_detail, NULL) == HAL_OK);
     CTEST_CHECK(trn_stream_launch_host_fn(stream_, host_fn, &quiet) == HAL_OK);
     CTEST_CHECK(trn_stream_synchronize(stream_) == HAL_ERROR_TIMEOUT);
-    msg = host_take_error();
+    msg = ctest_host_services.take_error();
     CTEST_CHECK(msg != NULL &&
                 strstr(msg, "a stream host function failed with HAL_ERROR_TIMEOUT") != NULL);
     CTEST_CHECK(trn_device_synchronize(dev) == HAL_ERROR_TIMEOUT);
