@@ -20,6 +20,10 @@
  * of memory synchronizes everything, releases wholly free segments and retries once.
  * record_stream() adds streams to a live block; its free then records an event on each, and
  * the block stays held back until all of them complete (PyTorch's recordStream semantics).
+ * Fences and waits are made on other threads' streams, so the allocator must learn, under its
+ * lock, that a stream is going away: hal_stream_destroy calls stream_retired (a device stream
+ * listener) once the stream finished its work; its pool is retired, what it cached becomes
+ * neutral, and neither the pool nor any block's uses refer to the stream afterwards.
  * Events come from a per-allocator pool and are reused.
  *
  * Each pool keeps two TLSF-style bin sets (small and large segments): 52 first-level classes
@@ -85,7 +89,8 @@ typedef struct bins {
 } bins_t;
 
 typedef struct pool {
-    hal_stream_t stream; /* NULL for the neutral pool */
+    hal_stream_t stream; /* NULL for the neutral pool and retired ones */
+    bool retired;        /* its stream was destroyed after finishing its work */
     uint64_t seq;        /* bumped by every block put into the pool */
     uint64_t nfree;      /* free blocks in the bins */
     block_t *parked;     /* or NULL */
@@ -120,6 +125,7 @@ struct hal_allocator_s {
     hal_object_t obj;
     hal_spinlock_t lock;
     struct hal_device_s *device;
+    hal_stream_listener_t listener; /* told when a stream is destroyed (stream_retired) */
     hal_stream_t default_stream;
     hal_mem_kind_t kind;
     size_t max_split_size; /* 0 = no limit */
@@ -484,7 +490,7 @@ static inline pool_t *pool_for(struct hal_allocator_s *a, hal_stream_t stream)
         return a->last_pool;
     pool_t *p = NULL;
     for (size_t i = 0; i < a->npools; i++) {
-        if (a->pools[i]->stream == stream) {
+        if (a->pools[i]->stream == stream && !a->pools[i]->retired) {
             p = a->pools[i];
             break;
         }
@@ -559,6 +565,11 @@ static inline void unpark(struct hal_allocator_s *a, pool_t *p)
 /* Frees a block into p: it becomes p's parked block, and the previous one goes to the bins. */
 static inline void park(struct hal_allocator_s *a, pool_t *p, block_t *b)
 {
+    if (HAL_UNLIKELY(p->retired)) { /* its stream is gone: nothing can still use the block */
+        p->users--;
+        pool_put(a, a->neutral, b, 0);
+        return;
+    }
     if (p->parked != NULL)
         unpark(a, p);
     b->state = BLOCK_PARKED;
@@ -693,6 +704,10 @@ static void event_put(struct hal_allocator_s *a, hal_event_t ev)
  * work first), in which case the blocks are migrated. */
 static bool fence_start(struct hal_allocator_s *a, pool_t *p)
 {
+    if (p->retired) { /* what was freed on it is idle */
+        migrate(a, p, p->seq);
+        return true;
+    }
     hal_event_t ev = event_get(a);
     if (ev == NULL)
         return false;
@@ -865,8 +880,7 @@ static void pools_prune(struct hal_allocator_s *a)
 {
     for (size_t i = a->npools; i-- > 0;) {
         pool_t *p = a->pools[i];
-        if (p->stream->obj.magic == HAL_MAGIC_STREAM || p->users != 0 || p->nfree != 0 ||
-            p->parked != NULL || p->fence != NULL)
+        if (!p->retired || p->users != 0 || p->nfree != 0 || p->parked != NULL || p->fence != NULL)
             continue;
         if (a->last_pool == p) {
             a->last_stream = a->default_stream;
@@ -881,6 +895,51 @@ static void pools_prune(struct hal_allocator_s *a)
                 a->last_pool = a->pools[i];
         }
     }
+}
+
+/* A stream of this device is being destroyed and has finished its work (the core calls this,
+ * from hal_stream_destroy, before the backend stream goes): what was freed on it is idle, its
+ * pool is retired and the handle is never used again. Blocks still live keep their uses of
+ * other streams; a use of this one needs no wait any more. */
+static void stream_retired(hal_stream_listener_t *listener, struct hal_stream_s *stream)
+{
+    struct hal_allocator_s *a = HAL_CONTAINER_OF(listener, struct hal_allocator_s, listener);
+    spin_lock(&a->lock);
+    for (size_t i = 0; i < a->npools; i++) {
+        pool_t *p = a->pools[i];
+        if (p->stream != stream || p->retired)
+            continue;
+        if (p->fence != NULL) { /* recorded by another thread after the core's synchronize */
+            (void)hal_event_synchronize(p->fence);
+            event_put(a, p->fence);
+            p->fence = NULL;
+        }
+        if (p->parked != NULL)
+            unpark(a, p);
+        migrate(a, p, p->seq);
+        p->retired = true;
+        p->stream = NULL;
+    }
+    if (a->last_stream == stream) {
+        a->last_stream = a->default_stream;
+        a->last_pool = NULL;
+        for (size_t i = 0; i < a->npools; i++) {
+            if (a->pools[i]->stream == a->default_stream)
+                a->last_pool = a->pools[i];
+        }
+    }
+    for (size_t i = 0; i <= a->live_mask; i++) {
+        block_t *b = a->live[i].block;
+        if (b == NULL)
+            continue;
+        uint32_t n = 0;
+        for (uint32_t k = 0; k < b->nuses; k++) {
+            if (b->uses[k].stream != stream)
+                b->uses[n++] = b->uses[k];
+        }
+        b->nuses = n;
+    }
+    spin_unlock(&a->lock);
 }
 
 /* ---- errors ---------------------------------------------------------------------------------- */
@@ -1124,6 +1183,8 @@ hal_status_t hal_allocator_create(hal_device_t device, const hal_allocator_confi
         goto out_free_neutral;
     if (pool_for(a, default_stream) == NULL)
         goto out_free_pools;
+    a->listener.retired = stream_retired;
+    hal_device_add_stream_listener(a->device, &a->listener);
     a->obj.magic = HAL_MAGIC_ALLOCATOR;
     *out = a;
     return HAL_OK;
@@ -1178,6 +1239,10 @@ hal_status_t hal_allocator_destroy(hal_allocator_t a)
                          "%llu blocks (%llu bytes) are still allocated", (unsigned long long)n,
                          (unsigned long long)bytes);
     }
+    spin_unlock(&a->lock);
+    /* Outside the lock: removal waits for a retire call in progress, which takes it. */
+    hal_device_remove_stream_listener(a->device, &a->listener);
+    spin_lock(&a->lock);
     (void)sync_all(a);
     (void)release_free_segments(a);
     /* Nothing is allocated, so every segment should be free by now; free any rest anyway. */

@@ -53,6 +53,15 @@ typedef struct hal_live_link {
     struct hal_live_link *prev, *next;
 } hal_live_link_t;
 
+/* A service that keeps stream handles of its own (the caching allocator's pools) registers one
+ * of these with the device: hal_stream_destroy calls `retired` after the stream finished its work
+ * and before the backend stream goes, while no other listener call is in progress. Afterwards
+ * the service must not use the handle. */
+typedef struct hal_stream_listener {
+    void (*retired)(struct hal_stream_listener *listener, struct hal_stream_s *stream);
+    struct hal_stream_listener *next;
+} hal_stream_listener_t;
+
 struct hal_device_s {
     hal_object_t obj;
     const hal_backend_ops_t *ops;
@@ -65,6 +74,9 @@ struct hal_device_s {
     hal_live_link_t streams;       /* circular list sentinel */
     hal_live_link_t events;
     hal_live_link_t comms;
+    /* Never taken under a listener's own lock: listeners take theirs inside it. */
+    pthread_mutex_t listeners_lock;
+    hal_stream_listener_t *listeners;
     /* raw allocation statistics */
     _Atomic uint64_t device_bytes, device_peak, device_allocs, pinned_bytes, shared_bytes;
     _Atomic uint64_t alloc_calls, free_calls;
@@ -217,6 +229,12 @@ void hal_handle_pool_reset_after_fork(void);
 extern void (*hal_comm_close_device_hook)(struct hal_device_s *device);
 
 /* ---- devices (device.c) ---- */
+
+/* Adds or removes a stream listener (see hal_stream_listener_t). Removal waits for a call in
+ * progress. Thread safety: safe. */
+void hal_device_add_stream_listener(struct hal_device_s *device, hal_stream_listener_t *listener);
+void hal_device_remove_stream_listener(struct hal_device_s *device,
+                                       hal_stream_listener_t *listener);
 hal_status_t hal_device_open_all(struct hal_backend_s *backend);
 void hal_device_close_all(struct hal_backend_s *backend);
 

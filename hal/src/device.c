@@ -58,7 +58,28 @@ static void close_device(struct hal_device_s *d)
     if (d->ops->device_close)
         d->ops->device_close(d->impl);
     pthread_mutex_destroy(&d->lock);
+    pthread_mutex_destroy(&d->listeners_lock);
     hal_handle_release(d, validate);
+}
+
+void hal_device_add_stream_listener(struct hal_device_s *device, hal_stream_listener_t *listener)
+{
+    pthread_mutex_lock(&device->listeners_lock);
+    listener->next = device->listeners;
+    device->listeners = listener;
+    pthread_mutex_unlock(&device->listeners_lock);
+}
+
+void hal_device_remove_stream_listener(struct hal_device_s *device, hal_stream_listener_t *listener)
+{
+    pthread_mutex_lock(&device->listeners_lock);
+    for (hal_stream_listener_t **l = &device->listeners; *l != NULL; l = &(*l)->next) {
+        if (*l == listener) {
+            *l = listener->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&device->listeners_lock);
 }
 
 hal_status_t hal_device_open_all(struct hal_backend_s *b)
@@ -87,6 +108,7 @@ hal_status_t hal_device_open_all(struct hal_backend_s *b)
         d->backend = b;
         d->index = i;
         pthread_mutex_init(&d->lock, NULL);
+        pthread_mutex_init(&d->listeners_lock, NULL);
         hal_live_init(&d->streams);
         hal_live_init(&d->events);
         hal_live_init(&d->comms);
@@ -103,6 +125,7 @@ hal_status_t hal_device_open_all(struct hal_backend_s *b)
         if (st != HAL_OK) {
             hal_finish(st, ops, call);
             pthread_mutex_destroy(&d->lock);
+            pthread_mutex_destroy(&d->listeners_lock);
             hal_handle_release(d, false);
             goto out_close_opened;
         }

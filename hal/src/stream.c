@@ -79,6 +79,16 @@ hal_status_t hal_stream_destroy(hal_stream_t stream)
     pthread_mutex_lock(&d->lock);
     hal_live_remove(&stream->link);
     pthread_mutex_unlock(&d->lock);
+    /* Services holding the handle (caching allocators) let go of it once its work is done; the
+     * error a failed stream reports comes from stream_destroy below. */
+    pthread_mutex_lock(&d->listeners_lock);
+    if (d->listeners != NULL) {
+        if (ops->stream_synchronize)
+            (void)ops->stream_synchronize(stream->impl);
+        for (hal_stream_listener_t *l = d->listeners; l != NULL; l = l->next)
+            l->retired(l, stream);
+    }
+    pthread_mutex_unlock(&d->listeners_lock);
     hal_status_t st = ops->stream_destroy ? ops->stream_destroy(stream->impl) : HAL_OK;
     hal_handle_release(stream, d->backend->validate);
     return hal_finish(st, ops, call);

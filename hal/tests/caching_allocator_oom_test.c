@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The caching allocator out of memory, on a cpu device limited to 8 MiB: it waits for pending
- * frees, releases its cached segments and retries once before it fails. */
+ * frees, releases its cached segments and retries once before it fails, also while other
+ * threads destroy the streams it waits on. */
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -122,6 +123,86 @@ CTEST(caching_allocator_oom, reports_the_kind_of_memory)
 out:
     if (pinned != NULL)
         hal_allocator_destroy(pinned);
+    if (a != NULL)
+        hal_allocator_destroy(a);
+    if (backend != NULL)
+        hal_backend_close(backend);
+    return rc;
+}
+
+/* Threads that each create a stream, allocate and free on it and destroy it, on a device too
+ * small for all of them: every thread's misses fence the other threads' pools and every OOM
+ * synchronizes them, while those threads destroy their streams. The allocator must never use a
+ * stream that is being destroyed (a fence recorded on it then never completes: a hang). */
+enum { CHURN_THREADS = 4, CHURN_ROUNDS = 40 };
+
+typedef struct churn {
+    hal_device_t dev;
+    hal_allocator_t alloc;
+    int id;
+    int failures; /* other than out of memory */
+} churn_t;
+
+static void *churn_thread(void *arg)
+{
+    churn_t *c = arg;
+    for (int round = 0; round < CHURN_ROUNDS && c->failures == 0; round++) {
+        hal_stream_t s = NULL;
+        void *held[3] = { 0 };
+        if (hal_stream_create(c->dev, 0, &s) != HAL_OK) {
+            c->failures++;
+            break;
+        }
+        for (int i = 0; i < 3; i++) {
+            size_t size = (size_t)(512 + ((round * 7 + c->id * 13 + i) % 5) * 384) * KiB;
+            hal_status_t st = hal_allocator_alloc(c->alloc, size, s, &held[i]);
+            if (st == HAL_OK)
+                st = hal_memset_async(held[i], c->id, size, s);
+            if (st != HAL_OK && st != HAL_ERROR_OUT_OF_DEVICE_MEMORY) {
+                fprintf(stderr, "thread %d: %s\n", c->id, hal_last_error_message());
+                c->failures++;
+            }
+        }
+        for (int i = 0; i < 3; i++)
+            if (held[i] != NULL && hal_allocator_free(c->alloc, held[i]) != HAL_OK)
+                c->failures++;
+        if (hal_stream_destroy(s) != HAL_OK)
+            c->failures++;
+    }
+    return NULL;
+}
+
+CTEST(caching_allocator_oom, streams_destroyed_while_other_threads_fence_them)
+{
+    int rc = CTEST_FAIL;
+    hal_backend_t backend = NULL;
+    hal_device_t dev = NULL;
+    hal_allocator_t a = NULL;
+    churn_t c[CHURN_THREADS];
+    pthread_t t[CHURN_THREADS];
+    int started = 0;
+    T_OK(open_small_device(&backend, &dev));
+    T_OK(hal_allocator_create(dev, NULL, &a));
+    for (; started < CHURN_THREADS; started++) {
+        c[started] = (churn_t){ .dev = dev, .alloc = a, .id = started };
+        T_CHECK(pthread_create(&t[started], NULL, churn_thread, &c[started]) == 0);
+    }
+    for (int i = 0; i < started; i++)
+        pthread_join(t[i], NULL);
+    started = 0;
+    for (int i = 0; i < CHURN_THREADS; i++)
+        T_CHECK(c[i].failures == 0);
+    hal_allocator_stats_t s = stats_of(a);
+    T_CHECK(s.active_blocks == 0 && s.allocated_bytes == 0);
+    /* Every pool of a destroyed stream gave its blocks back: all of it can be released. */
+    T_OK(hal_allocator_empty_cache(a));
+    T_CHECK(stats_of(a).reserved_bytes == 0);
+    T_OK(hal_allocator_destroy(a));
+    a = NULL;
+    rc = CTEST_PASS;
+out:
+    for (int i = 0; i < started; i++)
+        pthread_join(t[i], NULL);
     if (a != NULL)
         hal_allocator_destroy(a);
     if (backend != NULL)

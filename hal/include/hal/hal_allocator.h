@@ -86,7 +86,9 @@ hal_status_t hal_allocator_alloc(hal_allocator_t allocator, size_t size, hal_str
                                  void **ptr);
 
 /* Returns a block to the cache. It can be reused at once on its allocation stream; on other
- * streams only after events prove the streams that used it are done (see record_stream).
+ * streams only after events prove the streams that used it are done (see record_stream). A
+ * stream may be destroyed while blocks allocated or recorded on it are live or cached: its work
+ * is then done, so those blocks need no wait for it, and the allocator never uses it again.
  * [in] ptr  an address returned by hal_allocator_alloc on this allocator (NULL is a no-op).
  * Returns: HAL_OK; HAL_ERROR_INVALID_HANDLE; HAL_ERROR_INVALID_ARGUMENT (not a live block of
  * this allocator: double free, interior or foreign pointer).
