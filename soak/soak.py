@@ -243,9 +243,11 @@ def run_cts(index, rng, seed, tests, workdir):
         out.bug("crash", f"died by {signal_name(rc)}")
     elif rc == 1 and "[  FAILED  ]" in output:
         out.result = "clean error"
+        failed = ", ".join(sorted(set(re.findall(r"^\[  FAILED  \] (\S+)", output, re.M))))
         if not out.injected:
-            failed = re.findall(r"^\[  FAILED  \] (\S+)", output, re.M)
-            out.bug("unexplained", f"no fault injected, yet {', '.join(sorted(set(failed)))} failed")
+            out.bug("unexplained", f"no fault injected, yet {failed} failed")
+        elif not out.statuses:
+            out.bug("unexplained", f"{failed} failed without naming a HAL status")
     else:
         out.bug("crash", f"exit status {rc} without a test failure")
     return out, output
@@ -350,8 +352,8 @@ def run_ddp(index, rng, seed, workdir, control):
             allowed = control["fds"][rank] if control else kinds
             extra = kinds - allowed
             if extra:
-                out.bug("leak", f"rank {rank}: file descriptors left open: "
-                                f"{', '.join(sorted(extra.elements()))}")
+                shown = [link for link in res["new_fds"] if normalize_fd(link, port) in extra]
+                out.bug("leak", f"rank {rank}: file descriptors left open: {', '.join(shown)}")
     if control is None:
         info = {"fds": [collections.Counter(
             k for k in (normalize_fd(link, port) for link in (r or {}).get("new_fds", [])) if k)
