@@ -423,6 +423,16 @@ static void mismatch_rank(cc_rank_t *r)
     CC_EXPECT_STATUS(r, hal_send(b.dev_a, 7, HAL_DTYPE_F32, 0, r->comm, spare),
                      HAL_ERROR_INVALID_ARGUMENT);
     CC_EXPECT_STATUS(r, hal_comm_finalize(r->comm), HAL_ERROR_INVALID_ARGUMENT);
+    /* A stream-ordered free on the failed stream is either enqueued (callbacks still run there)
+     * or refused with the stream's error and done at once: the memory is never lost with it. */
+    st = hal_mem_free_async(b.dev_b, r->stream);
+    if (st != HAL_OK)
+        CC_EXPECT_STATUS(r, st, HAL_ERROR_INVALID_ARGUMENT);
+    CC_EXPECT_STATUS(r, hal_stream_synchronize(r->stream), HAL_ERROR_INVALID_ARGUMENT);
+    hal_mem_info_t info = HAL_MEM_INFO_INIT;
+    if (CC_EXPECT_OK(r, hal_mem_get_info(b.dev_b, &info)))
+        CC_EXPECT(r, info.kind == HAL_MEM_KIND_UNREGISTERED);
+    b.dev_b = NULL;
     CC_EXPECT_OK(r, hal_stream_query(spare));
     CC_EXPECT_OK(r, hal_stream_destroy(spare));
     CC_EXPECT_STATUS(r, hal_stream_destroy(r->stream), HAL_ERROR_INVALID_ARGUMENT);

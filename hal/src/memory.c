@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Memory front end: allocation and free with statistics, pointer queries, and copies/memset
  * whose pointers are resolved through the allocation map before the backend sees them. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -232,6 +233,24 @@ hal_status_t hal_mem_ipc_close_handle(void *ptr)
     return sync != HAL_OK ? sync : st;
 }
 
+/* hal_mem_free_async could not enqueue the free (the stream failed, the device was lost, no
+ * host memory for the callback): free as hal_mem_free does, waiting for the device, so that the
+ * memory is not lost with the stream. Returns the enqueue's error (its message kept). */
+static hal_status_t free_now(const hal_alloc_record_t *r, hal_status_t why, const char *call)
+{
+    /* why's message reads "<backend>: <call>: <detail>"; keep the detail across the waits. */
+    const char *name = r->device->ops->name, *msg = hal_last_error_message();
+    size_t prefix = strlen(name) + strlen(call) + 4;
+    char detail[1024]; /* hal_last_error_message() holds at most 1023 characters */
+    snprintf(detail, sizeof(detail), "%s",
+             strncmp(msg, name, strlen(name)) == 0 && strlen(msg) >= prefix ? msg + prefix : msg);
+    (void)quiesce_backend(r->device->backend, call);
+    (void)hal_mem_release_record(r, call);
+    return hal_error(
+        why, name, call,
+        "%s (not enqueued: the memory was freed at once, after waiting for the device)", detail);
+}
+
 /* A stream-ordered free done by the core from a host callback. */
 typedef struct deferred_free {
     hal_alloc_record_t record;
@@ -264,10 +283,8 @@ hal_status_t hal_mem_free_async(void *ptr, hal_stream_t stream)
             return bad_free(ptr, call);
         hal_status_t st =
             ops->mem_free_async(stream->impl, r.device->impl, r.kind, r.base, r.cookie);
-        if (st != HAL_OK) {
-            hal_mem_map_insert(&r); /* nothing happened: put it back */
-            return hal_finish(st, ops, call);
-        }
+        if (st != HAL_OK)
+            return free_now(&r, hal_finish(st, ops, call), call);
         stats_sub(r.device, r.kind, r.size);
         return HAL_OK;
     }
@@ -295,12 +312,11 @@ hal_status_t hal_mem_free_async(void *ptr, hal_stream_t stream)
             return HAL_OK;
         }
     }
-    /* Undo the pending mark: the memory stays allocated. */
     hal_mem_map_remove(ptr);
     f->record.free_pending = false;
-    hal_mem_map_insert(&f->record);
+    hal_alloc_record_t record = f->record;
     free(f);
-    return hal_finish(st, ops, call);
+    return free_now(&record, hal_finish(st, ops, call), call);
 }
 
 hal_status_t hal_mem_get_info(const void *ptr, hal_mem_info_t *info)

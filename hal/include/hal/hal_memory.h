@@ -40,7 +40,9 @@ hal_status_t hal_mem_free(void *ptr);
  * [in] ptr     the base address returned by hal_mem_alloc (NULL is a no-op).
  * [in] stream  a stream of the allocation's backend.
  * Returns: HAL_OK; HAL_ERROR_INVALID_HANDLE; HAL_ERROR_INVALID_ARGUMENT (as hal_mem_free, or
- * the stream belongs to another backend).
+ * the stream belongs to another backend); the error that kept the free from being enqueued (the
+ * stream's latched error, HAL_ERROR_DEVICE_LOST, HAL_ERROR_OUT_OF_HOST_MEMORY): the memory is
+ * then freed at once, after waiting for the device as hal_mem_free does.
  * Thread safety: safe for different streams; calls on one stream need external ordering. */
 hal_status_t hal_mem_free_async(void *ptr, hal_stream_t stream);
 
