@@ -103,6 +103,9 @@ static int decide(faults_ctx_t *ctx, hal_fault_kind_t kind, int64_t device, int6
     return fired;
 }
 
+/* A wait on a lost device that the layer let through (faults_before to faults_after). */
+static char lost_wait;
+
 static bool device_lost(const hal_layer_obj_t *d)
 {
     return d && (atomic_load(&((hal_layer_obj_t *)d)->state) & STATE_LOST);
@@ -134,10 +137,16 @@ static void enqueue_failure(hal_layer_obj_t *s, hal_stream_host_fn_t fn)
 static hal_status_t faults_before(void *arg, hal_layer_call_t *c)
 {
     faults_ctx_t *ctx = arg;
-    uint32_t flags = hal_layer_slot_flags(c->slot);
-    const char *slot = hal_layer_slot_name(c->slot);
+    uint32_t flags = hal_slot_flags(c->slot);
+    const char *slot = hal_slot_name(c->slot);
     if (device_lost(c->device)) {
-        /* Sticky. Releases still happen (the status says the device is gone). */
+        /* Sticky. Releases still happen (the status says the device is gone), and waits still
+         * wait for what the backend had been given, so that the memory a caller frees after a
+         * wait is no longer in use below this layer; both report the loss. */
+        if (flags & HAL_SLOT_FLAG_BLOCKING) {
+            c->scratch = &lost_wait;
+            return HAL_OK;
+        }
         ctx->inst->host->set_error("device %u is lost (injected by HAL_FAULTS device_lost)",
                                    c->device->id);
         return HAL_ERROR_DEVICE_LOST;
@@ -145,21 +154,25 @@ static hal_status_t faults_before(void *arg, hal_layer_call_t *c)
     if (!c->device)
         return HAL_OK;
     int64_t dev = c->device->id;
-    if (!(flags & HAL_LAYER_SLOT_RELEASES) &&
+    if (!(flags & HAL_SLOT_FLAG_RELEASES) &&
         decide(ctx, HAL_FAULT_DEVICE_LOST, dev, -1, (uint64_t)dev, slot) >= 0) {
         atomic_fetch_or(&c->device->state, STATE_LOST);
+        if (flags & HAL_SLOT_FLAG_BLOCKING) {
+            c->scratch = &lost_wait;
+            return HAL_OK;
+        }
         ctx->inst->host->set_error("device %u was lost (injected by HAL_FAULTS device_lost)",
                                    c->device->id);
         return HAL_ERROR_DEVICE_LOST;
     }
-    if (c->slot == HAL_LAYER_SLOT_mem_alloc && c->kind == HAL_MEM_KIND_DEVICE &&
+    if ((flags & HAL_SLOT_FLAG_ALLOCATES) && c->kind == HAL_MEM_KIND_DEVICE &&
         decide(ctx, HAL_FAULT_ALLOC, dev, -1, (uint64_t)dev, slot) >= 0) {
         ctx->inst->host->set_error("out of device memory: injected by HAL_FAULTS alloc (%llu "
                                    "bytes requested on device %u)",
                                    (unsigned long long)c->size, c->device->id);
         return HAL_ERROR_OUT_OF_DEVICE_MEMORY;
     }
-    if (hal_layer_slot_is_collective(c->slot) && c->comm) {
+    if ((flags & HAL_SLOT_FLAG_COLLECTIVE) && c->comm) {
         int64_t rank = c->comm->rank;
         if (decide(ctx, HAL_FAULT_PEER_DEATH, dev, rank, (uint64_t)rank, slot) >= 0)
             raise(SIGKILL);
@@ -175,7 +188,7 @@ static hal_status_t faults_before(void *arg, hal_layer_call_t *c)
             return HAL_LAYER_HANDLED;
         }
     }
-    if (c->slot == HAL_LAYER_SLOT_comm_get_async_error && c->comm) {
+    if (c->slot == HAL_SLOT_comm_get_async_error && c->comm) {
         uint64_t latched = atomic_load(&c->comm->state);
         if (latched) {
             ctx->inst->host->set_error("injected collective timeout (HAL_FAULTS coll_timeout)");
@@ -188,11 +201,14 @@ static hal_status_t faults_before(void *arg, hal_layer_call_t *c)
 static hal_status_t faults_after(void *arg, hal_layer_call_t *c, hal_status_t st)
 {
     faults_ctx_t *ctx = arg;
-    if (st == HAL_OK && c->stream &&
-        (c->slot == HAL_LAYER_SLOT_memcpy_async || c->slot == HAL_LAYER_SLOT_memset_async)) {
+    if (c->scratch == &lost_wait) {
+        ctx->inst->host->set_error("device %u is lost (injected by HAL_FAULTS device_lost)",
+                                   c->device->id);
+        return HAL_ERROR_DEVICE_LOST;
+    }
+    if (st == HAL_OK && c->stream && (hal_slot_flags(c->slot) & HAL_SLOT_FLAG_COPIES)) {
         int64_t dev = c->device->id;
-        if (decide(ctx, HAL_FAULT_STREAM_FAIL, dev, -1, (uint64_t)dev,
-                   hal_layer_slot_name(c->slot)) >= 0)
+        if (decide(ctx, HAL_FAULT_STREAM_FAIL, dev, -1, (uint64_t)dev, hal_slot_name(c->slot)) >= 0)
             enqueue_failure(c->stream, fail_stream);
     }
     return st;

@@ -12,19 +12,20 @@
  * so do the cookies inside hal_backend_ptr_t. A slot the next level leaves NULL is NULL in the
  * instance's table too, so the core's optional-slot fallbacks behave exactly as without layers.
  *
- * The forwarding itself is generic (layer.c); what a layer does is in its hooks, called around
+ * The forwarding itself is generic (layer_forward.inc, generated from the slot spec
+ * hal/abi/slots.toml, and layer.c); what a layer does is in its hooks, called around
  * every slot with a description of the call (hal_layer_call_t): `before` may refuse the call
  * (it does not reach the next level; the hook left the detail through host->set_error) or
  * replace the host function being enqueued; `after` sees the status and may replace it. Slots
- * that release resources (HAL_LAYER_SLOT_RELEASES) always reach the next level: a hook may only
+ * that release resources (HAL_SLOT_FLAG_RELEASES) always reach the next level: a hook may only
  * change the status they return. Calls a layer makes on its own behalf (hal_layer_internal_*)
  * pass through the levels below without running their hooks, so one layer never perturbs what
  * another one counts.
  *
  * The core installs the chain in hal_backend_open, in the order HAL_LAYERS lists the layers
- * (the first is outermost: the core calls it first); the validation layer is not part of the
- * chain (its checks live in the core). Collectives the HAL runs itself on its host engine never
- * reach a slot; the core reports them to the chain through hal_layers_collective_begin/end. */
+ * (the first is outermost: the core calls it first). Collectives the HAL runs itself on its host
+ * engine never reach a slot; the core reports them to the chain through
+ * hal_layers_collective_begin/end. */
 #ifndef HAL_LAYERS_LAYER_H
 #define HAL_LAYERS_LAYER_H
 
@@ -40,72 +41,14 @@ extern "C" {
 
 struct hal_backend_s;
 
-/* Flags of a slot. */
-#define HAL_LAYER_SLOT_RELEASES (1u << 0) /* frees something: always reaches the next level */
-#define HAL_LAYER_SLOT_ENQUEUES (1u << 1) /* enqueues work on call->stream */
+/* The slots, their names and flags (HAL_SLOT_<name>, HAL_SLOT_FLAG_*): the registry generated
+ * from the slot spec, hal/abi/slots.toml. */
+#include "hal/src/slots.h"
 
-/* Every slot of hal_backend_ops_t after init, in table order: the function registry of the
- * layers (stable names for traces and fault rules). X(name, flags). */
-#define HAL_LAYER_SLOTS(X)                        \
-    X(fini, HAL_LAYER_SLOT_RELEASES)              \
-    X(device_count, 0)                            \
-    X(device_open, 0)                             \
-    X(device_close, HAL_LAYER_SLOT_RELEASES)      \
-    X(device_get_properties, 0)                   \
-    X(device_synchronize, 0)                      \
-    X(device_get_native_handle, 0)                \
-    X(device_get_free_memory, 0)                  \
-    X(mem_alloc, 0)                               \
-    X(mem_free, HAL_LAYER_SLOT_RELEASES)          \
-    X(memcpy_async, HAL_LAYER_SLOT_ENQUEUES)      \
-    X(memset_async, HAL_LAYER_SLOT_ENQUEUES)      \
-    X(stream_create, 0)                           \
-    X(stream_destroy, HAL_LAYER_SLOT_RELEASES)    \
-    X(stream_query, 0)                            \
-    X(stream_synchronize, 0)                      \
-    X(stream_wait_event, HAL_LAYER_SLOT_ENQUEUES) \
-    X(stream_add_callback, 0)                     \
-    X(stream_get_native_handle, 0)                \
-    X(event_create, 0)                            \
-    X(event_destroy, HAL_LAYER_SLOT_RELEASES)     \
-    X(event_record, HAL_LAYER_SLOT_ENQUEUES)      \
-    X(event_query, 0)                             \
-    X(event_synchronize, 0)                       \
-    X(event_elapsed_ms, 0)                        \
-    X(event_get_native_handle, 0)                 \
-    X(mem_free_async, HAL_LAYER_SLOT_ENQUEUES)    \
-    X(stream_launch_host_fn, 0)                   \
-    X(mem_ipc_export, 0)                          \
-    X(mem_ipc_open, 0)                            \
-    X(mem_ipc_close, HAL_LAYER_SLOT_RELEASES)     \
-    X(comm_init, 0)                               \
-    X(comm_destroy, HAL_LAYER_SLOT_RELEASES)      \
-    X(comm_abort, HAL_LAYER_SLOT_RELEASES)        \
-    X(comm_get_async_error, 0)                    \
-    X(comm_get_native_handle, 0)                  \
-    X(allreduce, HAL_LAYER_SLOT_ENQUEUES)         \
-    X(broadcast, HAL_LAYER_SLOT_ENQUEUES)         \
-    X(reduce, HAL_LAYER_SLOT_ENQUEUES)            \
-    X(allgather, HAL_LAYER_SLOT_ENQUEUES)         \
-    X(reduce_scatter, HAL_LAYER_SLOT_ENQUEUES)    \
-    X(alltoall, HAL_LAYER_SLOT_ENQUEUES)          \
-    X(send, HAL_LAYER_SLOT_ENQUEUES)              \
-    X(recv, HAL_LAYER_SLOT_ENQUEUES)              \
-    X(group_begin, 0)                             \
-    X(group_end, HAL_LAYER_SLOT_RELEASES)
-
-typedef enum hal_layer_slot {
-#define HAL_LAYER_SLOT_ENUM(name, flags) HAL_LAYER_SLOT_##name,
-    HAL_LAYER_SLOTS(HAL_LAYER_SLOT_ENUM)
-#undef HAL_LAYER_SLOT_ENUM
-        HAL_LAYER_SLOT_COUNT
-} hal_layer_slot_t;
-
-/* "mem_alloc" for HAL_LAYER_SLOT_mem_alloc. */
-const char *hal_layer_slot_name(hal_layer_slot_t slot);
-uint32_t hal_layer_slot_flags(hal_layer_slot_t slot);
-/* True for the collective slots (allreduce .. recv). */
-bool hal_layer_slot_is_collective(hal_layer_slot_t slot);
+/* "mem_alloc" for HAL_SLOT_mem_alloc; "unknown" out of range. */
+const char *hal_slot_name(hal_slot_t slot);
+/* The slot's HAL_SLOT_FLAG_* bits (0 out of range). */
+uint32_t hal_slot_flags(hal_slot_t slot);
 
 typedef enum hal_layer_obj_type {
     HAL_LAYER_OBJ_BACKEND,
@@ -136,7 +79,7 @@ typedef struct hal_layer_obj {
 
 /* One slot call, as the hooks see it. Which fields are set depends on the slot. */
 typedef struct hal_layer_call {
-    hal_layer_slot_t slot;
+    hal_slot_t slot;
     hal_layer_obj_t *device;  /* the device the call concerns (NULL for backend-wide slots) */
     hal_layer_obj_t *stream;  /* the stream it enqueues on or queries */
     hal_layer_obj_t *event;   /* the event (event_elapsed_ms: the start) */
@@ -192,6 +135,13 @@ typedef struct hal_layer {
      * failure of begin (message set with hal_error) fails the collective on this rank. */
     hal_status_t (*collective_begin)(void *ctx, const hal_host_collective_t *c);
     void (*collective_end)(void *ctx, const hal_host_collective_t *c, hal_status_t status);
+    /* An object or allocation the application left behind, found by the core when the backend
+     * closes (before it cleans it up): what ("hal_stream_t", "allocation", ...), the core's
+     * handle or the allocation's base, and bytes (allocations) or 0. */
+    void (*leak)(void *ctx, const char *what, const void *handle, size_t bytes);
+    /* True: while the layer is installed the core never reuses the memory of a destroyed handle,
+     * so that every later use of it is caught (hal/src/handle_pool.c). */
+    bool keeps_handles;
 } hal_layer_t;
 
 struct hal_layer_inst {
@@ -209,11 +159,11 @@ struct hal_layer_inst {
 /* The layers HAL_LAYERS names. */
 #define HAL_LAYERS_MAX 4
 typedef struct hal_layer_list {
-    bool validation;
     uint32_t count;
     const hal_layer_t *layers[HAL_LAYERS_MAX]; /* outermost first */
 } hal_layer_list_t;
 
+extern const hal_layer_t hal_validation_layer;
 extern const hal_layer_t hal_trace_layer;
 extern const hal_layer_t hal_faults_layer;
 
@@ -232,6 +182,9 @@ hal_status_t hal_layers_install(struct hal_backend_s *b, const hal_layer_list_t 
 hal_status_t hal_layers_collective_begin(struct hal_backend_s *b, const hal_host_collective_t *c);
 void hal_layers_collective_end(struct hal_backend_s *b, const hal_host_collective_t *c,
                                hal_status_t status);
+
+/* Whether a layer of the list keeps destroyed handles (hal_layer_t.keeps_handles). */
+bool hal_layers_keep_handles(const hal_layer_list_t *list);
 
 /* The wrapper `inst` made for an object that the core holds as `top` (an object of the
  * outermost level): unwraps inst->depth times. */

@@ -124,73 +124,73 @@ static void format_args(const trace_ctx_t *ctx, const hal_layer_call_t *c, hal_s
             c->comm->nranks);
     bool ok = st == HAL_OK;
     switch (c->slot) {
-    case HAL_LAYER_SLOT_device_count:
+    case HAL_SLOT_device_count:
         if (ok)
             put(t, ",\"count\":%" PRIu64, c->out);
         break;
-    case HAL_LAYER_SLOT_device_open:
+    case HAL_SLOT_device_open:
         put(t, ",\"index\":%" PRId64, c->arg);
         break;
-    case HAL_LAYER_SLOT_device_get_free_memory:
+    case HAL_SLOT_device_get_free_memory:
         if (ok)
             put(t, ",\"free_bytes\":%" PRIu64, c->out);
         break;
-    case HAL_LAYER_SLOT_mem_alloc:
+    case HAL_SLOT_mem_alloc:
         put(t, ",\"kind\":\"%s\",\"bytes\":%" PRIu64 ",\"alignment\":%" PRId64, kind_name(c->kind),
             c->size, c->arg);
         if (ok)
             put(t, ",\"ptr\":\"%p\"", c->ptr);
         break;
-    case HAL_LAYER_SLOT_mem_free:
-    case HAL_LAYER_SLOT_mem_free_async:
+    case HAL_SLOT_mem_free:
+    case HAL_SLOT_mem_free_async:
         put(t, ",\"kind\":\"%s\",\"ptr\":\"%p\"", kind_name(c->kind), c->ptr);
         break;
-    case HAL_LAYER_SLOT_memcpy_async:
+    case HAL_SLOT_memcpy_async:
         put(t,
             ",\"bytes\":%" PRIu64
             ",\"dst\":\"%p\",\"src\":\"%p\",\"dst_kind\":\"%s\",\"src_kind\":\"%s\"",
             c->size, c->ptr, c->ptr2, kind_name(c->kind), kind_name(c->kind2));
         break;
-    case HAL_LAYER_SLOT_memset_async:
+    case HAL_SLOT_memset_async:
         put(t, ",\"bytes\":%" PRIu64 ",\"dst\":\"%p\",\"value\":%" PRId64, c->size, c->ptr, c->arg);
         break;
-    case HAL_LAYER_SLOT_stream_create:
+    case HAL_SLOT_stream_create:
         put(t, ",\"priority\":%" PRId64, c->arg);
         if (c->created)
             put(t, ",\"new_stream\":%u", stream_track(c->created));
         break;
-    case HAL_LAYER_SLOT_event_create:
+    case HAL_SLOT_event_create:
         put(t, ",\"flags\":%" PRId64, c->arg);
         if (c->created)
             put(t, ",\"new_event\":%u", c->created->id);
         break;
-    case HAL_LAYER_SLOT_event_elapsed_ms:
+    case HAL_SLOT_event_elapsed_ms:
         put(t, ",\"end_event\":%u", c->event2 ? c->event2->id : 0);
         if (ok)
             put(t, ",\"ms\":%.6f", (double)c->out_ms);
         break;
-    case HAL_LAYER_SLOT_mem_ipc_export:
-    case HAL_LAYER_SLOT_mem_ipc_close:
+    case HAL_SLOT_mem_ipc_export:
+    case HAL_SLOT_mem_ipc_close:
         put(t, ",\"ptr\":\"%p\"", c->ptr);
         break;
-    case HAL_LAYER_SLOT_mem_ipc_open:
+    case HAL_SLOT_mem_ipc_open:
         if (ok)
             put(t, ",\"ptr\":\"%p\",\"bytes\":%" PRIu64, c->ptr, c->size);
         break;
-    case HAL_LAYER_SLOT_comm_init:
+    case HAL_SLOT_comm_init:
         put(t, ",\"rank\":%" PRId64, c->arg);
         if (c->created)
             put(t, ",\"new_comm\":%u", c->created->id);
         break;
     default:
-        if (hal_layer_slot_is_collective(c->slot)) {
+        if (hal_slot_flags(c->slot) & HAL_SLOT_FLAG_COLLECTIVE) {
             put(t, ",\"count\":%" PRIu64 ",\"dtype\":\"%s\"", c->size, dtype_name(c->dtype));
-            if (c->slot == HAL_LAYER_SLOT_allreduce || c->slot == HAL_LAYER_SLOT_reduce ||
-                c->slot == HAL_LAYER_SLOT_reduce_scatter)
+            if (c->slot == HAL_SLOT_allreduce || c->slot == HAL_SLOT_reduce ||
+                c->slot == HAL_SLOT_reduce_scatter)
                 put(t, ",\"op\":\"%s\"", op_name(c->op));
-            if (c->slot == HAL_LAYER_SLOT_broadcast || c->slot == HAL_LAYER_SLOT_reduce)
+            if (c->slot == HAL_SLOT_broadcast || c->slot == HAL_SLOT_reduce)
                 put(t, ",\"root\":%" PRId64, c->arg);
-            if (c->slot == HAL_LAYER_SLOT_send || c->slot == HAL_LAYER_SLOT_recv)
+            if (c->slot == HAL_SLOT_send || c->slot == HAL_SLOT_recv)
                 put(t, ",\"peer\":%" PRId64, c->arg);
         }
         break;
@@ -237,7 +237,7 @@ typedef struct span {
     _Atomic int refs;  /* the start and end marks */
     uint64_t start_ns; /* set by the start mark */
     uint32_t track;
-    hal_layer_slot_t slot;
+    hal_slot_t slot;
     bool enqueued; /* the work itself was enqueued */
     char args[ARGS_MAX];
 } span_t;
@@ -265,7 +265,7 @@ static hal_status_t mark_end(void *arg, hal_status_t stream_status)
                  stream_status != HAL_OK ? ",\"stream_status\":\"" : "",
                  stream_status != HAL_OK ? hal_status_string(stream_status) : "",
                  stream_status != HAL_OK ? "\"" : "");
-        emit(hal_layer_slot_name(s->slot), "hal.stream", s->start_ns, hal_trace_now_ns(),
+        emit(hal_slot_name(s->slot), "hal.stream", s->start_ns, hal_trace_now_ns(),
              HAL_TRACE_STREAM_TID_BASE + s->track, args);
     }
     span_unref(s);
@@ -357,8 +357,7 @@ static hal_status_t trace_before(void *arg, hal_layer_call_t *c)
     trace_ctx_t *ctx = arg;
     c->t0 = hal_trace_now_ns();
     c->scratch = NULL;
-    if (c->slot == HAL_LAYER_SLOT_stream_launch_host_fn ||
-        c->slot == HAL_LAYER_SLOT_stream_add_callback) {
+    if (c->slot == HAL_SLOT_stream_launch_host_fn || c->slot == HAL_SLOT_stream_add_callback) {
         wrapped_fn_t *w = calloc(1, sizeof(*w));
         if (!w)
             return HAL_OK; /* untraced, but the work goes ahead */
@@ -376,7 +375,7 @@ static hal_status_t trace_before(void *arg, hal_layer_call_t *c)
         c->scratch = w;
         return HAL_OK;
     }
-    if ((hal_layer_slot_flags(c->slot) & HAL_LAYER_SLOT_ENQUEUES) && c->stream && ctx->spans) {
+    if ((hal_slot_flags(c->slot) & HAL_SLOT_FLAG_STREAM_ORDERED) && c->stream && ctx->spans) {
         span_t *s = calloc(1, sizeof(*s));
         if (!s)
             return HAL_OK;
@@ -403,11 +402,10 @@ static hal_status_t trace_after(void *arg, hal_layer_call_t *c, hal_status_t st)
         t = (text_t){ args, 0, sizeof(args), false };
         put(&t, "\"backend\":\"%s\",\"status\":\"%s\"", ctx->backend, hal_status_string(st));
     }
-    emit(hal_layer_slot_name(c->slot), "hal", c->t0, t1, hal_trace_tid(), args);
-    if (c->slot == HAL_LAYER_SLOT_stream_create && c->created)
+    emit(hal_slot_name(c->slot), "hal", c->t0, t1, hal_trace_tid(), args);
+    if (c->slot == HAL_SLOT_stream_create && c->created)
         name_track(ctx, c->created);
-    if (c->slot == HAL_LAYER_SLOT_stream_launch_host_fn ||
-        c->slot == HAL_LAYER_SLOT_stream_add_callback) {
+    if (c->slot == HAL_SLOT_stream_launch_host_fn || c->slot == HAL_SLOT_stream_add_callback) {
         if (st != HAL_OK)
             free(c->scratch); /* never enqueued */
         return st;
@@ -426,7 +424,7 @@ static hal_status_t trace_after(void *arg, hal_layer_call_t *c, hal_status_t st)
  * `after` runs before the core returns the stream. */
 static hal_status_t trace_after_first(void *arg, hal_layer_call_t *c, hal_status_t st)
 {
-    if (c->slot == HAL_LAYER_SLOT_stream_create && c->created)
+    if (c->slot == HAL_SLOT_stream_create && c->created)
         atomic_store(&c->created->state, atomic_fetch_add(&next_track, 1) + 1);
     return trace_after(arg, c, st);
 }

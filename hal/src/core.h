@@ -34,7 +34,7 @@ struct hal_backend_s {
     const hal_backend_ops_t *ops; /* full-size copy of the backend's table, or the outermost
                                      layer's (hal/layers/layer.h) */
     void *impl;
-    bool validate;                 /* HAL_LAYERS=validation */
+    bool validate;                 /* a layer that keeps destroyed handles (validation) is on */
     struct hal_layer_inst *layers; /* the outermost layer of the chain, or NULL */
     int refcount;                  /* guarded by the loader's lock */
     void *dl;
@@ -212,11 +212,17 @@ void hal_mem_map_drain_device(struct hal_device_s *device,
 /* Frees a record's memory through its backend and updates statistics. */
 hal_status_t hal_mem_release_record(const hal_alloc_record_t *record, const char *call);
 
-/* ---- validation layer (layers/validation.c) ---- */
+/* ---- layers (hal/layers) ---- */
+
+/* Explains a free of a pointer that is not a live allocation: a double free or a foreign pointer
+ * as far as the validation layer can tell (validation.c). Sets the message; the caller returns
+ * HAL_ERROR_INVALID_ARGUMENT. */
 void hal_validation_on_free_failure(const void *ptr, const char *call);
-void hal_validation_note_freed(const void *ptr);
-void hal_validation_report_leak(const char *backend, const char *what, const void *handle,
-                                size_t bytes);
+
+/* Tells every layer of b's chain about an object or allocation the application left behind
+ * (hal_layer_t.leak); called by the core when the backend closes, before it cleans it up. */
+void hal_layers_report_leak(struct hal_backend_s *b, const char *what, const void *handle,
+                            size_t bytes);
 
 /* Forgets every open backend and allocation in a forked child, where the parent's backend
  * threads do not exist: the child starts from a clean loader (loader.c, mem_map.c). */

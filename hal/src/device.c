@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "hal/src/core.h"
+#include "hal/src/slots_check.h"
 
 _Static_assert(sizeof(struct hal_device_s) <= HAL_HANDLE_MAX_SIZE, "handle size");
 
@@ -12,15 +13,14 @@ static _Thread_local hal_device_t current_device;
 
 void (*hal_comm_close_device_hook)(struct hal_device_s *device);
 
-/* Closes one device: destroys what the application left (reporting it as leaked under the
- * validation layer), frees its memory, then lets the backend close it. */
+/* Closes one device: destroys what the application left (reporting it to the layers as leaked),
+ * frees its memory, then lets the backend close it. */
 static void close_device(struct hal_device_s *d);
 
 static void release_leaked_allocation(const hal_alloc_record_t *r, void *ctx)
 {
     struct hal_device_s *d = ctx;
-    if (d->backend->validate)
-        hal_validation_report_leak(d->ops->name, "allocation", r->base, r->size);
+    hal_layers_report_leak(d->backend, "allocation", r->base, r->size);
     hal_mem_release_record(r, "hal_backend_close");
 }
 
@@ -39,16 +39,15 @@ static void close_device(struct hal_device_s *d)
     while (d->streams.next != &d->streams) {
         struct hal_stream_s *s = HAL_CONTAINER_OF(d->streams.next, struct hal_stream_s, link);
         hal_live_remove(&s->link);
-        if (validate && !s->is_default)
-            hal_validation_report_leak(d->ops->name, "hal_stream_t", s, 0);
-        if (!s->is_default)
+        if (!s->is_default) {
+            hal_layers_report_leak(d->backend, "hal_stream_t", s, 0);
             hal_stream_destroy_internal(s);
+        }
     }
     while (d->events.next != &d->events) {
         struct hal_event_s *e = HAL_CONTAINER_OF(d->events.next, struct hal_event_s, link);
         hal_live_remove(&e->link);
-        if (validate)
-            hal_validation_report_leak(d->ops->name, "hal_event_t", e, 0);
+        hal_layers_report_leak(d->backend, "hal_event_t", e, 0);
         hal_event_destroy_internal(e);
     }
     pthread_mutex_unlock(&d->lock);
@@ -80,6 +79,18 @@ void hal_device_remove_stream_listener(struct hal_device_s *device, hal_stream_l
         }
     }
     pthread_mutex_unlock(&device->listeners_lock);
+}
+
+/* A device may advertise a capability only with the slots the spec ties to it. */
+static hal_status_t check_capabilities(const struct hal_device_s *d)
+{
+    const char *capability = NULL;
+    const char *slot = hal_slots_missing_for_capability(d->ops, d->props.capabilities, &capability);
+    if (!slot)
+        return HAL_OK;
+    return hal_error(HAL_ERROR_VERSION_MISMATCH, d->ops->name, "hal_backend_open",
+                     "device %u advertises %s but the backend leaves the slot %s NULL", d->index,
+                     capability, slot);
 }
 
 hal_status_t hal_device_open_all(struct hal_backend_s *b)
@@ -119,11 +130,16 @@ hal_status_t hal_device_open_all(struct hal_backend_s *b)
             d->props.struct_size = sizeof(d->props);
             d->props.next = NULL;
             d->props.index = i;
-            if (st != HAL_OK && ops->device_close)
+            if (st == HAL_OK)
+                st = check_capabilities(d);
+            else
+                hal_finish(st, ops, call);
+            if (st != HAL_OK)
                 ops->device_close(d->impl);
+        } else {
+            hal_finish(st, ops, call);
         }
         if (st != HAL_OK) {
-            hal_finish(st, ops, call);
             pthread_mutex_destroy(&d->lock);
             pthread_mutex_destroy(&d->listeners_lock);
             hal_handle_release(d, false);

@@ -15,6 +15,7 @@
 
 #include "hal/layers/layer.h"
 #include "hal/src/core.h"
+#include "hal/src/slots_check.h"
 
 _Static_assert(sizeof(struct hal_backend_s) <= HAL_HANDLE_MAX_SIZE, "handle size");
 
@@ -141,11 +142,36 @@ static bool find_in_dir(const char *dir, void *ctx)
     return access(f->path, F_OK) == 0;
 }
 
-/* Loads the library and checks its location and version. On success *dl and *ops are set. */
-static hal_status_t load_library(const char *arg, char *resolved, size_t resolved_size, void **dl,
-                                 const hal_backend_ops_t **ops)
+/* Checks a table against the slot spec: as long as the minor version it claims needs (a table of
+ * a newer minor version than ours is read as one of ours), and every slot that version requires
+ * set. */
+static hal_status_t check_table(const hal_backend_ops_t *table, const char *path, const char *call)
 {
-    static const char call[] = "hal_backend_open";
+    uint32_t minor = HAL_VERSION_MINOR(table->api_version);
+    if (minor > HAL_API_VERSION_MINOR)
+        minor = HAL_API_VERSION_MINOR;
+    size_t need = hal_slots_table_size(minor);
+    if (table->struct_size < need)
+        return hal_error(HAL_ERROR_VERSION_MISMATCH, NULL, call,
+                         "backend '%s' ('%s') claims HAL API %u.%u, but its ops table is %zu bytes "
+                         "and a %u.%u table has at least %zu",
+                         table->name, path, HAL_API_VERSION_MAJOR, minor, table->struct_size,
+                         HAL_API_VERSION_MAJOR, minor, need);
+    uint32_t since = 0;
+    const char *slot = hal_slots_missing_required(table, minor, &since);
+    if (slot)
+        return hal_error(HAL_ERROR_VERSION_MISMATCH, NULL, call,
+                         "backend '%s' ('%s') leaves the required slot %s (since HAL API %u.%u) "
+                         "NULL",
+                         table->name, path, slot, HAL_API_VERSION_MAJOR, since);
+    return HAL_OK;
+}
+
+/* Loads the library and checks its location, version and table, for `call` (the public function
+ * in the messages). On success *dl and *ops are set. */
+static hal_status_t load_library(const char *call, const char *arg, char *resolved,
+                                 size_t resolved_size, void **dl, const hal_backend_ops_t **ops)
+{
     hal_status_t st;
     void *handle = NULL;
     if (strchr(arg, '/')) {
@@ -212,6 +238,7 @@ static hal_status_t load_library(const char *arg, char *resolved, size_t resolve
                        HAL_API_VERSION_MAJOR, HAL_API_VERSION_MINOR);
         goto out_close;
     }
+    HAL_CHECK_GOTO(check_table(table, resolved, call), st, out_close);
     *dl = handle;
     *ops = table;
     return HAL_OK;
@@ -238,7 +265,7 @@ hal_status_t hal_backend_open(const char *name_or_path, hal_backend_t *out)
     void *dl = NULL;
     const hal_backend_ops_t *table = NULL;
     pthread_mutex_lock(&loader_lock);
-    HAL_CHECK_GOTO(load_library(name_or_path, resolved, sizeof(resolved), &dl, &table), st,
+    HAL_CHECK_GOTO(load_library(call, name_or_path, resolved, sizeof(resolved), &dl, &table), st,
                    out_unlock);
     char real[PATH_MAX];
     if (!realpath(resolved, real))
@@ -264,7 +291,7 @@ hal_status_t hal_backend_open(const char *name_or_path, hal_backend_t *out)
     memcpy(&b->ops_storage, table, n);
     b->ops_storage.struct_size = sizeof(b->ops_storage);
     b->ops = &b->ops_storage;
-    b->validate = layers.validation;
+    b->validate = hal_layers_keep_handles(&layers);
     b->refcount = 1;
     b->dl = dl;
     b->path = strdup(real);
@@ -274,10 +301,6 @@ hal_status_t hal_backend_open(const char *name_or_path, hal_backend_t *out)
     }
     b->obj.magic = HAL_MAGIC_BACKEND;
 
-    if (!b->ops->init) {
-        st = hal_error(HAL_ERROR_VERSION_MISMATCH, b->ops->name, call, "backend has no init slot");
-        goto out_release;
-    }
     st = b->ops->init(&host_services, &b->impl);
     if (st != HAL_OK) {
         hal_backend_error(st, b->ops, call);

@@ -100,8 +100,6 @@ static hal_status_t release_memory(const hal_alloc_record_t *r, const char *call
         return hal_finish(HAL_SLOT_CALL(d->ops, mem_ipc_close, d->impl, r->base, r->cookie), d->ops,
                           call);
     hal_status_t st = HAL_SLOT_CALL(d->ops, mem_free, d->impl, r->kind, r->base, r->cookie);
-    if (d->backend->validate)
-        hal_validation_note_freed(r->base);
     return hal_finish(st, d->ops, call);
 }
 

@@ -155,6 +155,24 @@ static hal_status_t template_stream_add_callback(void *stream, hal_host_fn_t fn,
     return HAL_OK;
 }
 
+static hal_status_t template_stream_launch_host_fn(void *stream, hal_stream_host_fn_t fn, void *arg)
+{
+    template_stream_t *s = stream;
+    hal_status_t st = fn(arg, s->latched);
+    if (st != HAL_OK && s->latched == HAL_OK) {
+        if (host->take_error)
+            host->take_error();
+        s->latched = st;
+    }
+    return HAL_OK;
+}
+
+static hal_status_t template_device_get_free_memory(void *device, uint64_t *free_bytes)
+{
+    *free_bytes = TEMPLATE_MEMORY;
+    return HAL_OK;
+}
+
 static hal_status_t template_event_create(void *device, uint32_t flags, void **event)
 {
     template_event_t *e = calloc(1, sizeof(*e));
@@ -208,6 +226,7 @@ static const hal_backend_ops_t template_ops = {
     .device_close = template_device_close,
     .device_get_properties = template_device_get_properties,
     .device_synchronize = template_device_synchronize,
+    .device_get_free_memory = template_device_get_free_memory,
     .mem_alloc = template_mem_alloc,
     .mem_free = template_mem_free,
     .memcpy_async = template_memcpy_async,
@@ -218,6 +237,7 @@ static const hal_backend_ops_t template_ops = {
     .stream_synchronize = template_stream_query, /* nothing to wait for */
     .stream_wait_event = template_stream_wait_event,
     .stream_add_callback = template_stream_add_callback,
+    .stream_launch_host_fn = template_stream_launch_host_fn,
     .event_create = template_event_create,
     .event_destroy = template_event_destroy,
     .event_record = template_event_record,

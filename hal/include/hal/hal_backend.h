@@ -29,7 +29,9 @@ hal_status_t hal_get_api_version(uint32_t *version);
  * HAL_LAYERS, HAL_FAULTS or HAL_TRACE_FILE); HAL_ERROR_NOT_FOUND (no such library, no entry
  * symbol, or no directory for HAL_TRACE_FILE); HAL_ERROR_PERMISSION_DENIED (the library or its
  * directory is world-writable, or the trace layer refuses HAL_TRACE_FILE);
- * HAL_ERROR_VERSION_MISMATCH (the backend implements another major version); any status the
+ * HAL_ERROR_VERSION_MISMATCH (the backend implements another major version, its ops table is
+ * shorter than its version needs or leaves a required slot NULL, or a device advertises a
+ * capability without the slots it needs; the message names the slot); any status the
  * backend's initialisation returns (e.g. HAL_ERROR_DEVICE_LOST).
  * Thread safety: safe. */
 hal_status_t hal_backend_open(const char *name_or_path, hal_backend_t *backend);

@@ -155,13 +155,16 @@ CTEST(faults_spec, layers_variable)
 {
     hal_layer_list_t l;
     CHECK_STATUS(hal_layers_parse(NULL, &l), HAL_OK);
-    CTEST_CHECK(l.count == 0 && !l.validation);
+    CTEST_CHECK(l.count == 0 && !hal_layers_keep_handles(&l));
     CHECK_STATUS(hal_layers_parse("trace, validation faults", &l), HAL_OK);
-    CTEST_CHECK(l.validation && l.count == 2 && l.layers[0] == &hal_trace_layer &&
-                l.layers[1] == &hal_faults_layer);
+    CTEST_CHECK(l.count == 3 && l.layers[0] == &hal_trace_layer &&
+                l.layers[1] == &hal_validation_layer && l.layers[2] == &hal_faults_layer);
+    CTEST_CHECK(hal_layers_keep_handles(&l));
     CHECK_STATUS(hal_layers_parse("faults,trace", &l), HAL_OK);
     CTEST_CHECK(l.layers[0] == &hal_faults_layer && l.layers[1] == &hal_trace_layer);
-    CHECK_STATUS(hal_layers_parse("validation,validation", &l), HAL_OK);
+    CTEST_CHECK(!hal_layers_keep_handles(&l));
+    CHECK_STATUS(hal_layers_parse("validation,validation", &l), HAL_ERROR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("listed twice");
     CHECK_STATUS(hal_layers_parse("trace,faults,trace", &l), HAL_ERROR_INVALID_ARGUMENT);
     CHECK_MESSAGE("listed twice");
     CHECK_STATUS(hal_layers_parse("tracing", &l), HAL_ERROR_INVALID_ARGUMENT);

@@ -23,7 +23,7 @@ static mock_obj_t mock_backend = { TAG_BACKEND, 0 };
 static mock_obj_t mock_devices[2] = { { TAG_DEVICE, 0 }, { TAG_DEVICE, 1 } };
 
 static struct {
-    int calls[HAL_LAYER_SLOT_COUNT];
+    int calls[HAL_SLOT_COUNT];
     const void *obj, *obj2; /* the objects the last slot received */
     const void *ptr_device; /* hal_backend_ptr_t.device of the last pointer */
     const void *ptr_device2;
@@ -49,7 +49,7 @@ static void mock_delete(void *o)
     free(o);
 }
 
-#define SEEN(slot, o) (mock.calls[HAL_LAYER_SLOT_##slot]++, mock.obj = (o))
+#define SEEN(slot, o) (mock.calls[HAL_SLOT_##slot]++, mock.obj = (o))
 
 static void m_fini(void *b)
 {
@@ -249,10 +249,10 @@ static hal_backend_ops_t mock_ops_host_fn; /* mock_ops plus stream_launch_host_f
 /* ---- a test layer that counts and can be told to misbehave ---- */
 
 typedef struct test_ctx {
-    int before[HAL_LAYER_SLOT_COUNT], after[HAL_LAYER_SLOT_COUNT];
-    hal_layer_slot_t refuse;  /* before refuses this slot with HAL_ERROR_BUSY */
-    hal_layer_slot_t replace; /* after replaces this slot's status with HAL_ERROR_BUSY */
-    hal_layer_call_t last;    /* the last call `before` saw */
+    int before[HAL_SLOT_COUNT], after[HAL_SLOT_COUNT];
+    hal_slot_t refuse;     /* before refuses this slot with HAL_ERROR_BUSY */
+    hal_slot_t replace;    /* after replaces this slot's status with HAL_ERROR_BUSY */
+    hal_layer_call_t last; /* the last call `before` saw */
     hal_layer_inst_t *inst;
 } test_ctx_t;
 
@@ -266,7 +266,7 @@ static hal_status_t t_create(hal_layer_inst_t *inst, void **ctx, test_ctx_t *t)
     if (fail_create == inst->layer)
         return hal_error(HAL_ERROR_BUSY, NULL, "hal_backend_open", "create refused");
     memset(t, 0, sizeof(*t));
-    t->refuse = t->replace = HAL_LAYER_SLOT_COUNT;
+    t->refuse = t->replace = HAL_SLOT_COUNT;
     t->inst = inst;
     *ctx = t;
     return HAL_OK;
@@ -293,10 +293,12 @@ static hal_status_t t_after(void *arg, hal_layer_call_t *c, hal_status_t st)
     return c->slot == t->replace ? HAL_ERROR_BUSY : st;
 }
 
-static const hal_layer_t outer_layer = { "outer", t_create_outer, NULL, t_before,
-                                         t_after, NULL,           NULL };
-static const hal_layer_t inner_layer = { "inner", t_create_inner, NULL, t_before,
-                                         t_after, NULL,           NULL };
+static const hal_layer_t outer_layer = {
+    .name = "outer", .create = t_create_outer, .before = t_before, .after = t_after
+};
+static const hal_layer_t inner_layer = {
+    .name = "inner", .create = t_create_inner, .before = t_before, .after = t_after
+};
 
 static const hal_host_services_t host = {
     .struct_size = sizeof(hal_host_services_t),
@@ -403,7 +405,7 @@ CTEST(layer_mock, objects_and_pointers_are_unwrapped_cookies_pass_through)
     CTEST_CHECK(mock.obj == &mock_devices[1] && mock.cookie == MOCK_COOKIE);
 
     /* One before and one after per call. */
-    for (int i = 0; i < HAL_LAYER_SLOT_COUNT; i++)
+    for (int i = 0; i < HAL_SLOT_COUNT; i++)
         CTEST_CHECK(outer_ctx.before[i] == outer_ctx.after[i] &&
                     outer_ctx.before[i] == mock.calls[i]);
 
@@ -437,14 +439,14 @@ CTEST(layer_mock, two_levels_each_with_its_own_wrappers)
     CTEST_CHECK(outer_ctx.last.stream == outer_s && inner_ctx.last.stream == inner_s);
     CTEST_CHECK(hal_layer_find(inner_ctx.inst, s) == inner_s);
     CTEST_CHECK(hal_layer_find(outer_ctx.inst, s) == outer_s);
-    CTEST_CHECK(outer_ctx.before[HAL_LAYER_SLOT_stream_query] == 1 &&
-                inner_ctx.before[HAL_LAYER_SLOT_stream_query] == 1);
+    CTEST_CHECK(outer_ctx.before[HAL_SLOT_stream_query] == 1 &&
+                inner_ctx.before[HAL_SLOT_stream_query] == 1);
     /* A layer's own call to the next level skips the hooks below it. */
     hal_layer_internal_begin();
     CHECK_STATUS(outer_s->next->stream_query(outer_s->obj), HAL_OK);
     hal_layer_internal_end();
-    CTEST_CHECK(inner_ctx.before[HAL_LAYER_SLOT_stream_query] == 1);
-    CTEST_CHECK(mock.calls[HAL_LAYER_SLOT_stream_query] == 2);
+    CTEST_CHECK(inner_ctx.before[HAL_SLOT_stream_query] == 1);
+    CTEST_CHECK(mock.calls[HAL_SLOT_stream_query] == 2);
     CHECK_STATUS(OPS(&b)->stream_destroy(s), HAL_OK);
     OPS(&b)->device_close(dev);
     OPS(&b)->fini(b.impl);
@@ -459,34 +461,33 @@ CTEST(layer_mock, hooks_refuse_replace_and_releases_still_happen)
     void *dev, *s, *e, *p, *cookie;
     CHECK_STATUS(OPS(&b)->device_open(b.impl, 0, &dev), HAL_OK);
     /* Refused: never reaches the backend, but `after` sees it. */
-    outer_ctx.refuse = HAL_LAYER_SLOT_mem_alloc;
+    outer_ctx.refuse = HAL_SLOT_mem_alloc;
     CHECK_STATUS(OPS(&b)->mem_alloc(dev, HAL_MEM_KIND_DEVICE, 64, 0, &p, &cookie), HAL_ERROR_BUSY);
-    CTEST_CHECK(mock.calls[HAL_LAYER_SLOT_mem_alloc] == 0 &&
-                outer_ctx.after[HAL_LAYER_SLOT_mem_alloc] == 1);
+    CTEST_CHECK(mock.calls[HAL_SLOT_mem_alloc] == 0 && outer_ctx.after[HAL_SLOT_mem_alloc] == 1);
     /* A creation whose status `after` replaces is undone. */
-    outer_ctx.replace = HAL_LAYER_SLOT_stream_create;
+    outer_ctx.replace = HAL_SLOT_stream_create;
     CHECK_STATUS(OPS(&b)->stream_create(dev, 0, &s), HAL_ERROR_BUSY);
-    CTEST_CHECK(mock.calls[HAL_LAYER_SLOT_stream_create] == 1 &&
-                mock.calls[HAL_LAYER_SLOT_stream_destroy] == 1 && mock.live == 0);
-    outer_ctx.replace = HAL_LAYER_SLOT_mem_alloc;
-    outer_ctx.refuse = HAL_LAYER_SLOT_COUNT;
+    CTEST_CHECK(mock.calls[HAL_SLOT_stream_create] == 1 &&
+                mock.calls[HAL_SLOT_stream_destroy] == 1 && mock.live == 0);
+    outer_ctx.replace = HAL_SLOT_mem_alloc;
+    outer_ctx.refuse = HAL_SLOT_COUNT;
     CHECK_STATUS(OPS(&b)->mem_alloc(dev, HAL_MEM_KIND_DEVICE, 64, 0, &p, &cookie), HAL_ERROR_BUSY);
-    CTEST_CHECK(mock.calls[HAL_LAYER_SLOT_mem_free] == 1);
-    outer_ctx.replace = HAL_LAYER_SLOT_COUNT;
+    CTEST_CHECK(mock.calls[HAL_SLOT_mem_free] == 1);
+    outer_ctx.replace = HAL_SLOT_COUNT;
     /* Releases cannot be refused: the backend releases, the status is the hook's. */
     CHECK_STATUS(OPS(&b)->stream_create(dev, 0, &s), HAL_OK);
     CHECK_STATUS(OPS(&b)->event_create(dev, 0, &e), HAL_OK);
-    outer_ctx.refuse = HAL_LAYER_SLOT_stream_destroy;
+    outer_ctx.refuse = HAL_SLOT_stream_destroy;
     CHECK_STATUS(OPS(&b)->stream_destroy(s), HAL_ERROR_BUSY);
-    outer_ctx.refuse = HAL_LAYER_SLOT_event_destroy;
+    outer_ctx.refuse = HAL_SLOT_event_destroy;
     OPS(&b)->event_destroy(e);
     CTEST_CHECK(mock.live == 0);
-    outer_ctx.refuse = HAL_LAYER_SLOT_device_close;
+    outer_ctx.refuse = HAL_SLOT_device_close;
     OPS(&b)->device_close(dev);
-    CTEST_CHECK(mock.calls[HAL_LAYER_SLOT_device_close] == 1);
-    outer_ctx.refuse = HAL_LAYER_SLOT_group_end;
+    CTEST_CHECK(mock.calls[HAL_SLOT_device_close] == 1);
+    outer_ctx.refuse = HAL_SLOT_group_end;
     CHECK_STATUS(OPS(&b)->group_end(b.impl), HAL_ERROR_BUSY);
-    CTEST_CHECK(mock.calls[HAL_LAYER_SLOT_group_end] == 1);
+    CTEST_CHECK(mock.calls[HAL_SLOT_group_end] == 1);
     OPS(&b)->fini(b.impl);
     return CTEST_PASS;
 }
@@ -504,7 +505,7 @@ CTEST(layer_mock, a_failed_install_finishes_the_backend)
     st = install(&b, &mock_ops, &outer_layer, &inner_layer);
     fail_create = NULL;
     CHECK_STATUS(st, HAL_ERROR_BUSY);
-    CTEST_CHECK(mock.finis == 1 && mock.calls[HAL_LAYER_SLOT_fini] == 1);
+    CTEST_CHECK(mock.finis == 1 && mock.calls[HAL_SLOT_fini] == 1);
     return CTEST_PASS;
 }
 
@@ -528,12 +529,12 @@ CTEST(layer_mock, faults_on_native_collectives)
     hal_backend_ptr_t buf = { .ptr = &args, .kind = HAL_MEM_KIND_DEVICE, .device = dev };
     uint64_t before = hal_faults_injected(HAL_FAULT_COLL_TIMEOUT);
     CHECK_STATUS(OPS(&b)->allreduce(comm, s, &buf, &buf, 1, HAL_DTYPE_F32, HAL_REDOP_SUM), HAL_OK);
-    CTEST_CHECK(mock.calls[HAL_LAYER_SLOT_allreduce] == 1);
+    CTEST_CHECK(mock.calls[HAL_SLOT_allreduce] == 1);
     CHECK_STATUS(OPS(&b)->comm_get_async_error(comm), HAL_OK);
     CHECK_STATUS(OPS(&b)->allreduce(comm, s, &buf, &buf, 1, HAL_DTYPE_F32, HAL_REDOP_SUM), HAL_OK);
-    CTEST_CHECK(mock.calls[HAL_LAYER_SLOT_allreduce] == 1); /* handled by the layer */
+    CTEST_CHECK(mock.calls[HAL_SLOT_allreduce] == 1); /* handled by the layer */
     CTEST_CHECK(hal_faults_injected(HAL_FAULT_COLL_TIMEOUT) == before + 1);
-    CTEST_CHECK(mock.calls[HAL_LAYER_SLOT_comm_abort] == 1);
+    CTEST_CHECK(mock.calls[HAL_SLOT_comm_abort] == 1);
     CTEST_CHECK(mock.host_fn_status == HAL_ERROR_TIMEOUT);
     CHECK_STATUS(OPS(&b)->comm_get_async_error(comm), HAL_ERROR_TIMEOUT);
     CHECK_STATUS(OPS(&b)->comm_destroy(comm), HAL_OK);
@@ -546,15 +547,15 @@ CTEST(layer_mock, faults_on_native_collectives)
 
 CTEST(layer_mock, slot_registry)
 {
-    CTEST_CHECK(!strcmp(hal_layer_slot_name(HAL_LAYER_SLOT_mem_alloc), "mem_alloc"));
-    CTEST_CHECK(!strcmp(hal_layer_slot_name(HAL_LAYER_SLOT_group_end), "group_end"));
-    CTEST_CHECK(!strcmp(hal_layer_slot_name(HAL_LAYER_SLOT_COUNT), "unknown"));
-    CTEST_CHECK(hal_layer_slot_flags(HAL_LAYER_SLOT_mem_free) & HAL_LAYER_SLOT_RELEASES);
-    CTEST_CHECK(hal_layer_slot_flags(HAL_LAYER_SLOT_memcpy_async) & HAL_LAYER_SLOT_ENQUEUES);
-    CTEST_CHECK(hal_layer_slot_is_collective(HAL_LAYER_SLOT_recv));
-    CTEST_CHECK(!hal_layer_slot_is_collective(HAL_LAYER_SLOT_group_begin));
-    /* The registry covers the table: one slot per function pointer after init. */
-    CTEST_CHECK(HAL_LAYER_SLOT_COUNT ==
-                (sizeof(hal_backend_ops_t) - offsetof(hal_backend_ops_t, fini)) / sizeof(void *));
+    CTEST_CHECK(!strcmp(hal_slot_name(HAL_SLOT_mem_alloc), "mem_alloc"));
+    CTEST_CHECK(!strcmp(hal_slot_name(HAL_SLOT_group_end), "group_end"));
+    CTEST_CHECK(!strcmp(hal_slot_name(HAL_SLOT_COUNT), "unknown"));
+    CTEST_CHECK(hal_slot_flags(HAL_SLOT_mem_free) & HAL_SLOT_FLAG_RELEASES);
+    CTEST_CHECK(hal_slot_flags(HAL_SLOT_memcpy_async) & HAL_SLOT_FLAG_STREAM_ORDERED);
+    CTEST_CHECK((hal_slot_flags(HAL_SLOT_recv) & HAL_SLOT_FLAG_COLLECTIVE));
+    CTEST_CHECK(!(hal_slot_flags(HAL_SLOT_group_begin) & HAL_SLOT_FLAG_COLLECTIVE));
+    /* The registry covers the table: one slot per function pointer from init on. */
+    CTEST_CHECK(HAL_SLOT_COUNT ==
+                (sizeof(hal_backend_ops_t) - offsetof(hal_backend_ops_t, init)) / sizeof(void *));
     return CTEST_PASS;
 }

@@ -489,8 +489,7 @@ static void comm_close_device(struct hal_device_s *d)
         struct hal_comm_s *comm = HAL_CONTAINER_OF(d->comms.next, struct hal_comm_s, link);
         hal_live_remove(&comm->link);
         pthread_mutex_unlock(&d->lock);
-        if (d->backend->validate)
-            hal_validation_report_leak(d->ops->name, "hal_comm_t", comm, 0);
+        hal_layers_report_leak(d->backend, "hal_comm_t", comm, 0);
         abort_comm(comm);
         destroy_comm(comm, "hal_backend_close");
     }
