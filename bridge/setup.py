@@ -4,15 +4,16 @@
 
 Steps (all in the build_ext command, so plain installs, editable installs and
 `python setup.py build_ext --inplace` behave the same):
-  1. `bazel build` the HAL (libhal.so) and every backend library of this checkout, skipping the
-     targets that do not exist in it, and copy the results into torch_hal/lib/.
-  2. Compile torch_hal._C (csrc/**.cpp) against the installed torch and link it with libhal.so,
-     found at run time through the rpath $ORIGIN/lib. The HAL then finds the backend libraries
-     next to itself.
+  1. `bazel build` the HAL (libhal.so.1) and every backend library of this checkout, skipping the
+     targets that do not exist in it, and copy the results into torch_hal/lib/ (with the link
+     libhal.so -> libhal.so.1 that the linker looks for).
+  2. Compile torch_hal._C (csrc/**.cpp) against the installed torch and link it with libhal,
+     found at run time (by its SONAME, libhal.so.1) through the rpath $ORIGIN/lib. The HAL then
+     finds the backend libraries next to itself.
 
 Environment:
   TORCH_HAL_BAZEL         Bazel command (default "bazel").
-  TORCH_HAL_PREBUILT_LIBS a directory holding libhal.so and backend libraries built elsewhere;
+  TORCH_HAL_PREBUILT_LIBS a directory holding libhal.so.1 and backend libraries built elsewhere;
                           Bazel is not run.
   TORCH_HAL_DEBUG=1       build the extension with -O0 -g.
 """
@@ -30,14 +31,16 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 PACKAGE_LIB = os.path.join(HERE, "torch_hal", "lib")
 
-# Bazel target -> file name in torch_hal/lib. libhal.so is required; the others are optional.
+# Bazel target -> file name in torch_hal/lib. libhal.so.1 is required; the others are optional.
 BAZEL_TARGETS = [
-    ("//hal:libhal.so", "libhal.so"),
+    ("//hal:libhal.so.1", "libhal.so.1"),
     ("//hal_backends/cpu:libhal_backend_cpu.so", "libhal_backend_cpu.so"),
     ("//hal_backends/trainium:libhal_backend_trainium.so", "libhal_backend_trainium.so"),
     ("//hal_backends/trainium/emulator:libnrt.so.1", "libnrt.so.1"),
 ]
-REQUIRED = {"libhal.so"}
+REQUIRED = {"libhal.so.1"}
+# The name the linker looks for (-lhal): a link to the library, as distributions install it.
+LINK_NAME = ("libhal.so", "libhal.so.1")
 
 
 def _log(msg):
@@ -91,6 +94,8 @@ def _install_libs(built, destination):
     for name in os.listdir(destination):  # drop libraries of targets that no longer exist
         if name not in built:
             os.remove(os.path.join(destination, name))
+    link, target_name = LINK_NAME
+    os.symlink(target_name, os.path.join(destination, link))
     for name, path in built.items():
         target = os.path.join(destination, name)
         if os.path.exists(target):

@@ -377,6 +377,47 @@ int cts_backend_get_info_invalid(cts_ctx_t *ctx)
     return CTS_PASS;
 }
 
+/* The probe reports what the open backend reports, without initialising another instance. */
+int cts_backend_probe(cts_ctx_t *ctx)
+{
+    const char *name = NULL, *device_name = NULL;
+    uint32_t version = 0;
+    CTS_CHECK_OK(hal_backend_get_info(ctx->backend, &name, &device_name, &version));
+    hal_backend_info_t info = HAL_BACKEND_INFO_INIT;
+    CTS_CHECK_OK(hal_backend_probe(ctx->backend_name, &info));
+    CTS_CHECKF(strcmp(info.name, name) == 0, "probe says \"%s\", the open backend \"%s\"",
+               info.name, name);
+    CTS_CHECKF(strcmp(info.device_type_name, device_name) == 0,
+               "probe says device type \"%s\", the open backend \"%s\"", info.device_type_name,
+               device_name);
+    CTS_CHECK(info.api_version == version);
+    CTS_CHECKF((info.flags & ~HAL_BACKEND_FLAG_EXCLUSIVE_DEVICES) == 0,
+               "unknown backend flags 0x%x", (unsigned)info.flags);
+    return CTS_PASS;
+}
+
+int cts_backend_probe_invalid(cts_ctx_t *ctx)
+{
+    hal_backend_info_t info = HAL_BACKEND_INFO_INIT;
+    CTS_CHECK_STATUS(hal_backend_probe(NULL, &info), HAL_ERROR_INVALID_ARGUMENT);
+    CTS_CHECK_STATUS(hal_backend_probe("", &info), HAL_ERROR_INVALID_ARGUMENT);
+    CTS_CHECK_STATUS(hal_backend_probe(ctx->backend_name, NULL), HAL_ERROR_INVALID_ARGUMENT);
+    info.struct_size = offsetof(hal_backend_info_t, flags);
+    CTS_CHECK_STATUS(hal_backend_probe(ctx->backend_name, &info), HAL_ERROR_INVALID_ARGUMENT);
+    info.struct_size = sizeof(info);
+    CTS_CHECK_STATUS(hal_backend_probe("no_such_backend_xyz", &info), HAL_ERROR_NOT_FOUND);
+    CTS_CHECK_STATUS(hal_backend_probe("/nonexistent/libhal_backend_x.so", &info),
+                     HAL_ERROR_NOT_FOUND);
+    if (ctx->fixture_dir != NULL) {
+        char path[1024];
+        snprintf(path, sizeof(path), "%s/libcts_badmajor.so", ctx->fixture_dir);
+        CTS_CHECK_STATUS(hal_backend_probe(path, &info), HAL_ERROR_VERSION_MISMATCH);
+        snprintf(path, sizeof(path), "%s/libcts_noentry.so", ctx->fixture_dir);
+        CTS_CHECK_STATUS(hal_backend_probe(path, &info), HAL_ERROR_NOT_FOUND);
+    }
+    return CTS_PASS;
+}
+
 int cts_backend_validation_leak_count(cts_ctx_t *ctx)
 {
     uint64_t count = 12345;

@@ -357,6 +357,36 @@ hal_status_t hal_backend_close(hal_backend_t backend)
     return HAL_OK;
 }
 
+hal_status_t hal_backend_probe(const char *name_or_path, hal_backend_info_t *info)
+{
+    static const char call[] = "hal_backend_probe";
+    if (!name_or_path || !*name_or_path || !info)
+        return hal_error(HAL_ERROR_INVALID_ARGUMENT, NULL, call, "%s is NULL or empty",
+                         info ? "name_or_path" : "info");
+    if (info->struct_size < sizeof(hal_backend_info_t))
+        return hal_error(HAL_ERROR_INVALID_ARGUMENT, NULL, call,
+                         "info->struct_size is %zu; set it to sizeof(hal_backend_info_t) (%zu)",
+                         info->struct_size, sizeof(hal_backend_info_t));
+    if (strlen(name_or_path) >= PATH_MAX)
+        return hal_error(HAL_ERROR_INVALID_ARGUMENT, NULL, call, "path too long");
+    char resolved[PATH_MAX];
+    void *dl = NULL;
+    const hal_backend_ops_t *table = NULL;
+    /* The loader's lock keeps this from interleaving with an open or close of the same file. */
+    pthread_mutex_lock(&loader_lock);
+    hal_status_t st = load_library(call, name_or_path, resolved, sizeof(resolved), &dl, &table);
+    if (st == HAL_OK) {
+        snprintf(info->name, sizeof(info->name), "%s", table->name);
+        snprintf(info->device_type_name, sizeof(info->device_type_name), "%s",
+                 table->device_type_name ? table->device_type_name : table->name);
+        info->api_version = table->api_version;
+        info->flags = table->flags;
+        dlclose(dl);
+    }
+    pthread_mutex_unlock(&loader_lock);
+    return st;
+}
+
 typedef struct list_ctx {
     hal_backend_name_t *names;
     size_t capacity, count;

@@ -4,6 +4,7 @@ BUILD files cannot branch, so the branching lives in these macros.
 """
 
 load("@local_cuda//:defs.bzl", "CUDART_FOUND", "CUDA_FOUND", "CUDA_REASON", "NCCL_FOUND")
+load("//tools:backend.bzl", "hal_backend_library")
 load("//tools:copts.bzl", "HAL_BACKEND_COPTS")
 
 CUDA_SRCS = [
@@ -48,7 +49,7 @@ def cuda_backend_targets():
 
     # The backend library the HAL loads (hal_backend_open("cuda")); exports only
     # hal_backend_get_ops. Links nothing of CUDA: libcudart and libnccl are loaded at run time.
-    native.cc_binary(
+    hal_backend_library(
         name = "libhal_backend_cuda.so",
         srcs = CUDA_SRCS + CUDA_HDRS,
         copts = CUDA_COPTS,
@@ -56,7 +57,6 @@ def cuda_backend_targets():
             "-ldl",
             "-pthread",
         ],
-        linkshared = True,
         visibility = ["//visibility:public"],
         deps = CUDA_DEPS,
     )

@@ -64,14 +64,14 @@ typedef struct hal_allocator_stats {
  * Returns: HAL_OK; HAL_ERROR_INVALID_HANDLE; HAL_ERROR_INVALID_ARGUMENT (out NULL, bad config);
  * HAL_ERROR_UNSUPPORTED (kind not supported by the device); HAL_ERROR_OUT_OF_HOST_MEMORY.
  * Thread safety: safe. */
-hal_status_t hal_allocator_create(hal_device_t device, const hal_allocator_config_t *config,
-                                  hal_allocator_t *out);
+HAL_API hal_status_t hal_allocator_create(hal_device_t device, const hal_allocator_config_t *config,
+                                          hal_allocator_t *out);
 
 /* Releases every cached segment and destroys the allocator.
  * Returns: HAL_OK; HAL_ERROR_INVALID_HANDLE; HAL_ERROR_BUSY (blocks are still allocated; nothing
  * is destroyed).
  * Thread safety: not with other calls on the same allocator. */
-hal_status_t hal_allocator_destroy(hal_allocator_t allocator);
+HAL_API hal_status_t hal_allocator_destroy(hal_allocator_t allocator);
 
 /* Allocates a block usable on `stream` in stream order. When the device is out of memory, the
  * allocator waits for pending cross-stream frees, releases cached segments and retries once.
@@ -82,8 +82,8 @@ hal_status_t hal_allocator_destroy(hal_allocator_t allocator);
  * another device); HAL_ERROR_OUT_OF_DEVICE_MEMORY (device kinds) or
  * HAL_ERROR_OUT_OF_HOST_MEMORY (host kinds).
  * Thread safety: safe. */
-hal_status_t hal_allocator_alloc(hal_allocator_t allocator, size_t size, hal_stream_t stream,
-                                 void **ptr);
+HAL_API hal_status_t hal_allocator_alloc(hal_allocator_t allocator, size_t size,
+                                         hal_stream_t stream, void **ptr);
 
 /* Returns a block to the cache. It can be reused at once on its allocation stream; on other
  * streams only after events prove the streams that used it are done (see record_stream). A
@@ -93,36 +93,38 @@ hal_status_t hal_allocator_alloc(hal_allocator_t allocator, size_t size, hal_str
  * Returns: HAL_OK; HAL_ERROR_INVALID_HANDLE; HAL_ERROR_INVALID_ARGUMENT (not a live block of
  * this allocator: double free, interior or foreign pointer).
  * Thread safety: safe. */
-hal_status_t hal_allocator_free(hal_allocator_t allocator, void *ptr);
+HAL_API hal_status_t hal_allocator_free(hal_allocator_t allocator, void *ptr);
 
 /* Marks a block as used on another stream, so that it is not reused until that stream's work
  * enqueued before the block's free has completed (PyTorch's recordStream).
  * Returns: HAL_OK; HAL_ERROR_INVALID_HANDLE (allocator or stream, NULL included);
  * HAL_ERROR_INVALID_ARGUMENT (not a live block, stream of another device).
  * Thread safety: safe. */
-hal_status_t hal_allocator_record_stream(hal_allocator_t allocator, void *ptr, hal_stream_t stream);
+HAL_API hal_status_t hal_allocator_record_stream(hal_allocator_t allocator, void *ptr,
+                                                 hal_stream_t stream);
 
 /* Returns all free cached segments to the device (waiting for pending cross-stream frees).
  * Returns: HAL_OK; HAL_ERROR_INVALID_HANDLE; errors of the streams waited on.
  * Thread safety: safe. */
-hal_status_t hal_allocator_empty_cache(hal_allocator_t allocator);
+HAL_API hal_status_t hal_allocator_empty_cache(hal_allocator_t allocator);
 
 /* Reports statistics. [in,out] stats: struct_size must be set.
  * Returns: HAL_OK; HAL_ERROR_INVALID_HANDLE; HAL_ERROR_INVALID_ARGUMENT (stats NULL or small).
  * Thread safety: safe. */
-hal_status_t hal_allocator_get_stats(hal_allocator_t allocator, hal_allocator_stats_t *stats);
+HAL_API hal_status_t hal_allocator_get_stats(hal_allocator_t allocator,
+                                             hal_allocator_stats_t *stats);
 
 /* Resets the peak figures to the current values.
  * Returns: HAL_OK; HAL_ERROR_INVALID_HANDLE.
  * Thread safety: safe. */
-hal_status_t hal_allocator_reset_peak_stats(hal_allocator_t allocator);
+HAL_API hal_status_t hal_allocator_reset_peak_stats(hal_allocator_t allocator);
 
 /* Finds the live block containing ptr.
  * [out] base, size  optional; the block's address and requested size.
  * Returns: HAL_OK; HAL_ERROR_INVALID_HANDLE; HAL_ERROR_NOT_FOUND.
  * Thread safety: safe. */
-hal_status_t hal_allocator_get_block(hal_allocator_t allocator, const void *ptr, void **base,
-                                     size_t *size);
+HAL_API hal_status_t hal_allocator_get_block(hal_allocator_t allocator, const void *ptr,
+                                             void **base, size_t *size);
 
 #ifdef __cplusplus
 }

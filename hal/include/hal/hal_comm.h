@@ -103,7 +103,7 @@ typedef struct hal_comm_config {
 /* Size in bytes of one element.
  * Returns: HAL_OK; HAL_ERROR_INVALID_ARGUMENT (unknown dtype, size NULL).
  * Thread safety: safe. */
-hal_status_t hal_dtype_get_size(hal_dtype_t dtype, size_t *size);
+HAL_API hal_status_t hal_dtype_get_size(hal_dtype_t dtype, size_t *size);
 
 /* Creates a unique id and, unless HAL_COMM_ID_FLAG_STORE is given, starts the bootstrap root in
  * this process (a listener on HAL_COMM_BIND that serves the rendezvous of the communicator
@@ -114,7 +114,7 @@ hal_status_t hal_dtype_get_size(hal_dtype_t dtype, size_t *size);
  * HAL_ERROR_BACKEND_SPECIFIC (socket errors, named in the message).
  * Thread safety: safe. */
 #define HAL_COMM_ID_FLAG_STORE (1u << 0)
-hal_status_t hal_comm_get_unique_id(uint32_t flags, hal_unique_id_t *id);
+HAL_API hal_status_t hal_comm_get_unique_id(uint32_t flags, hal_unique_id_t *id);
 
 /* Creates this rank's communicator. Blocks until all nranks ranks joined (blocking config) or
  * the timeout passed.
@@ -130,18 +130,20 @@ hal_status_t hal_comm_get_unique_id(uint32_t flags, hal_unique_id_t *id);
  * HAL_ERROR_TIMEOUT; HAL_ERROR_REMOTE (a peer failed during the rendezvous);
  * HAL_ERROR_OUT_OF_HOST_MEMORY.
  * Thread safety: safe; ranks of one process call it from different threads. */
-hal_status_t hal_comm_init(const hal_unique_id_t *id, int nranks, int rank, hal_device_t device,
-                           const hal_comm_config_t *config, hal_comm_t *comm);
+HAL_API hal_status_t hal_comm_init(const hal_unique_id_t *id, int nranks, int rank,
+                                   hal_device_t device, const hal_comm_config_t *config,
+                                   hal_comm_t *comm);
 
 /* Reports a communicator's shape.
  * Returns: HAL_OK; HAL_ERROR_INVALID_HANDLE. Any out-parameter may be NULL.
  * Thread safety: safe. */
-hal_status_t hal_comm_get_info(hal_comm_t comm, int *nranks, int *rank, hal_device_t *device);
+HAL_API hal_status_t hal_comm_get_info(hal_comm_t comm, int *nranks, int *rank,
+                                       hal_device_t *device);
 
 /* Flushes: waits until every operation enqueued on the communicator has completed on this rank.
  * Returns: HAL_OK; HAL_ERROR_INVALID_HANDLE; the latched error.
  * Thread safety: not with collectives on the same communicator. */
-hal_status_t hal_comm_finalize(hal_comm_t comm);
+HAL_API hal_status_t hal_comm_finalize(hal_comm_t comm);
 
 /* Aborts: operations blocked or queued on this rank fail with HAL_ERROR_ABORTED, peers see
  * HAL_ERROR_REMOTE; shared resources are released. The handle stays valid for
@@ -149,25 +151,25 @@ hal_status_t hal_comm_finalize(hal_comm_t comm);
  * Returns: HAL_OK; HAL_ERROR_INVALID_HANDLE.
  * Thread safety: safe, from any thread, also while another thread is blocked in the
  * communicator. */
-hal_status_t hal_comm_abort(hal_comm_t comm);
+HAL_API hal_status_t hal_comm_abort(hal_comm_t comm);
 
 /* Destroys the communicator after waiting for its queued operations (use hal_comm_abort first
  * to give up on them). The handle is invalid afterwards.
  * Returns: HAL_OK; HAL_ERROR_INVALID_HANDLE; the latched error (it is destroyed anyway).
  * Thread safety: not with other calls on the same communicator except hal_comm_abort. */
-hal_status_t hal_comm_destroy(hal_comm_t comm);
+HAL_API hal_status_t hal_comm_destroy(hal_comm_t comm);
 
 /* Reads the communicator's latched asynchronous error without clearing it.
  * [out] async_error  HAL_OK, HAL_IN_PROGRESS (non-blocking init still running) or the error.
  * Returns: HAL_OK; HAL_ERROR_INVALID_HANDLE; HAL_ERROR_INVALID_ARGUMENT (async_error NULL).
  * Thread safety: safe. */
-hal_status_t hal_comm_get_async_error(hal_comm_t comm, hal_status_t *async_error);
+HAL_API hal_status_t hal_comm_get_async_error(hal_comm_t comm, hal_status_t *async_error);
 
 /* Returns the backend's native communicator (e.g. an ncclComm_t) when it has one.
  * Returns: HAL_OK; HAL_ERROR_INVALID_HANDLE; HAL_ERROR_INVALID_ARGUMENT (native NULL);
  * HAL_ERROR_UNSUPPORTED (the HAL runs this communicator's collectives itself).
  * Thread safety: safe. */
-hal_status_t hal_comm_get_native_handle(hal_comm_t comm, uintptr_t *native);
+HAL_API hal_status_t hal_comm_get_native_handle(hal_comm_t comm, uintptr_t *native);
 
 /* The collectives. Common parameters: buffers are device memory of the communicator's device
  * (or pinned/shared memory of its backend), `stream` is a stream of that device. Common
@@ -179,40 +181,42 @@ hal_status_t hal_comm_get_native_handle(hal_comm_t comm, uintptr_t *native);
  * Thread safety: one thread at a time per communicator (as NCCL). */
 
 /* recvbuf[i] = op over ranks of sendbuf[i], on every rank. */
-hal_status_t hal_allreduce(const void *sendbuf, void *recvbuf, size_t count, hal_dtype_t dtype,
-                           hal_redop_t op, hal_comm_t comm, hal_stream_t stream);
+HAL_API hal_status_t hal_allreduce(const void *sendbuf, void *recvbuf, size_t count,
+                                   hal_dtype_t dtype, hal_redop_t op, hal_comm_t comm,
+                                   hal_stream_t stream);
 
 /* recvbuf = root's sendbuf on every rank (sendbuf is read only on the root). */
-hal_status_t hal_broadcast(const void *sendbuf, void *recvbuf, size_t count, hal_dtype_t dtype,
-                           int root, hal_comm_t comm, hal_stream_t stream);
+HAL_API hal_status_t hal_broadcast(const void *sendbuf, void *recvbuf, size_t count,
+                                   hal_dtype_t dtype, int root, hal_comm_t comm,
+                                   hal_stream_t stream);
 
 /* root's recvbuf[i] = op over ranks of sendbuf[i] (recvbuf is written only on the root). */
-hal_status_t hal_reduce(const void *sendbuf, void *recvbuf, size_t count, hal_dtype_t dtype,
-                        hal_redop_t op, int root, hal_comm_t comm, hal_stream_t stream);
+HAL_API hal_status_t hal_reduce(const void *sendbuf, void *recvbuf, size_t count, hal_dtype_t dtype,
+                                hal_redop_t op, int root, hal_comm_t comm, hal_stream_t stream);
 
 /* recvbuf[r * sendcount ... ] = rank r's sendbuf, on every rank. */
-hal_status_t hal_allgather(const void *sendbuf, void *recvbuf, size_t sendcount, hal_dtype_t dtype,
-                           hal_comm_t comm, hal_stream_t stream);
+HAL_API hal_status_t hal_allgather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                                   hal_dtype_t dtype, hal_comm_t comm, hal_stream_t stream);
 
 /* recvbuf[i] = op over ranks of sendbuf[rank * recvcount + i]. */
-hal_status_t hal_reduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
-                                hal_dtype_t dtype, hal_redop_t op, hal_comm_t comm,
-                                hal_stream_t stream);
+HAL_API hal_status_t hal_reduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                        hal_dtype_t dtype, hal_redop_t op, hal_comm_t comm,
+                                        hal_stream_t stream);
 
 /* recvbuf[r * count ...] = rank r's sendbuf[rank * count ...]: count elements per peer. */
-hal_status_t hal_alltoall(const void *sendbuf, void *recvbuf, size_t count, hal_dtype_t dtype,
-                          hal_comm_t comm, hal_stream_t stream);
+HAL_API hal_status_t hal_alltoall(const void *sendbuf, void *recvbuf, size_t count,
+                                  hal_dtype_t dtype, hal_comm_t comm, hal_stream_t stream);
 
 /* Point to point: matched in order per (sender, receiver) pair; count and dtype must match.
  * Within hal_group_begin/end, sends and receives of one group run concurrently (so a rank can
  * exchange with a peer without deadlock). peer == rank is allowed. */
-hal_status_t hal_send(const void *sendbuf, size_t count, hal_dtype_t dtype, int peer,
-                      hal_comm_t comm, hal_stream_t stream);
-hal_status_t hal_recv(void *recvbuf, size_t count, hal_dtype_t dtype, int peer, hal_comm_t comm,
-                      hal_stream_t stream);
+HAL_API hal_status_t hal_send(const void *sendbuf, size_t count, hal_dtype_t dtype, int peer,
+                              hal_comm_t comm, hal_stream_t stream);
+HAL_API hal_status_t hal_recv(void *recvbuf, size_t count, hal_dtype_t dtype, int peer,
+                              hal_comm_t comm, hal_stream_t stream);
 
 /* Completes on the stream once every rank enqueued and reached its barrier. */
-hal_status_t hal_barrier(hal_comm_t comm, hal_stream_t stream);
+HAL_API hal_status_t hal_barrier(hal_comm_t comm, hal_stream_t stream);
 
 /* Groups the collectives and point-to-point calls issued by this thread until the matching
  * hal_group_end: they are enqueued together (point-to-point calls of a group run
@@ -220,8 +224,8 @@ hal_status_t hal_barrier(hal_comm_t comm, hal_stream_t stream);
  * Returns: HAL_OK; hal_group_end: HAL_ERROR_INVALID_ARGUMENT without a matching begin, or the
  * first error of the grouped calls (none of them is enqueued then).
  * Thread safety: safe; groups are per thread. */
-hal_status_t hal_group_begin(void);
-hal_status_t hal_group_end(void);
+HAL_API hal_status_t hal_group_begin(void);
+HAL_API hal_status_t hal_group_end(void);
 
 #ifdef __cplusplus
 }

@@ -22,8 +22,8 @@ extern "C" {
  * alignment); HAL_ERROR_UNSUPPORTED (kind not supported by the device);
  * HAL_ERROR_OUT_OF_DEVICE_MEMORY; HAL_ERROR_OUT_OF_HOST_MEMORY.
  * Thread safety: safe. */
-hal_status_t hal_mem_alloc(hal_device_t device, hal_mem_kind_t kind, size_t size, size_t alignment,
-                           void **ptr);
+HAL_API hal_status_t hal_mem_alloc(hal_device_t device, hal_mem_kind_t kind, size_t size,
+                                   size_t alignment, void **ptr);
 
 /* Frees an allocation. Like cudaFree it first waits for all work on the owning device, so it is
  * safe while copies are still queued; use hal_mem_free_async or a caching allocator on hot
@@ -33,7 +33,7 @@ hal_status_t hal_mem_alloc(hal_device_t device, hal_mem_kind_t kind, size_t size
  * interior pointer, a pointer freed already, or one the HAL never allocated); an error latched
  * on the device's streams (the memory is freed anyway).
  * Thread safety: safe. */
-hal_status_t hal_mem_free(void *ptr);
+HAL_API hal_status_t hal_mem_free(void *ptr);
 
 /* Frees an allocation once the work enqueued on `stream` before this call has completed. The
  * caller must not use the memory afterwards from any stream.
@@ -44,7 +44,7 @@ hal_status_t hal_mem_free(void *ptr);
  * stream's latched error, HAL_ERROR_DEVICE_LOST, HAL_ERROR_OUT_OF_HOST_MEMORY): the memory is
  * then freed at once, after waiting for the device as hal_mem_free does.
  * Thread safety: safe for different streams; calls on one stream need external ordering. */
-hal_status_t hal_mem_free_async(void *ptr, hal_stream_t stream);
+HAL_API hal_status_t hal_mem_free_async(void *ptr, hal_stream_t stream);
 
 /* Describes the allocation containing ptr (any interior pointer works).
  * [in]     ptr   any address.
@@ -52,7 +52,7 @@ hal_status_t hal_mem_free_async(void *ptr, hal_stream_t stream);
  *                HAL_MEM_KIND_UNREGISTERED and the other fields are zero.
  * Returns: HAL_OK; HAL_ERROR_INVALID_ARGUMENT (info NULL or too small).
  * Thread safety: safe. */
-hal_status_t hal_mem_get_info(const void *ptr, hal_mem_info_t *info);
+HAL_API hal_status_t hal_mem_get_info(const void *ptr, hal_mem_info_t *info);
 
 /* Enqueues a copy of n bytes. The direction is inferred from the kinds of dst and src: any mix
  * of device memory of the stream's backend, pinned, shared and pageable host memory. Ranges
@@ -67,7 +67,7 @@ hal_status_t hal_mem_get_info(const void *ptr, hal_mem_info_t *info);
  * backend); HAL_ERROR_UNSUPPORTED (a device-to-device copy across devices without
  * HAL_DEVICE_CAP_PEER_COPY); a sticky error already latched on the stream.
  * Thread safety: safe for different streams; calls on one stream need external ordering. */
-hal_status_t hal_memcpy_async(void *dst, const void *src, size_t n, hal_stream_t stream);
+HAL_API hal_status_t hal_memcpy_async(void *dst, const void *src, size_t n, hal_stream_t stream);
 
 /* Enqueues setting n bytes at dst to (uint8_t)value.
  * [in] dst     device, pinned or shared memory of the stream's backend.
@@ -75,7 +75,7 @@ hal_status_t hal_memcpy_async(void *dst, const void *src, size_t n, hal_stream_t
  * unregistered memory, range past the end of the allocation, memory of another backend); a
  * sticky error latched on the stream.
  * Thread safety: as hal_memcpy_async. */
-hal_status_t hal_memset_async(void *dst, int value, size_t n, hal_stream_t stream);
+HAL_API hal_status_t hal_memset_async(void *dst, int value, size_t n, hal_stream_t stream);
 
 /* Since 1.1. Creates a handle through which another process on the same host can map the memory
  * from ptr to the end of its allocation (requires HAL_DEVICE_CAP_IPC). The handle stays usable
@@ -85,7 +85,7 @@ hal_status_t hal_memset_async(void *dst, int value, size_t n, hal_stream_t strea
  * Returns: HAL_OK; HAL_ERROR_INVALID_ARGUMENT (handle NULL, ptr not device memory allocated
  * through the HAL); HAL_ERROR_UNSUPPORTED (no HAL_DEVICE_CAP_IPC).
  * Thread safety: safe. */
-hal_status_t hal_mem_ipc_get_handle(const void *ptr, hal_ipc_handle_t *handle);
+HAL_API hal_status_t hal_mem_ipc_get_handle(const void *ptr, hal_ipc_handle_t *handle);
 
 /* Since 1.1. Maps memory another process exported. The mapping behaves as device memory of
  * `device` (copies, memset, hal_mem_get_info) until hal_mem_ipc_close_handle; it must not be
@@ -97,15 +97,15 @@ hal_status_t hal_mem_ipc_get_handle(const void *ptr, hal_ipc_handle_t *handle);
  * malformed or foreign handle, a handle of this process); HAL_ERROR_NOT_FOUND (the exporter or
  * its allocation is gone); HAL_ERROR_UNSUPPORTED (no HAL_DEVICE_CAP_IPC).
  * Thread safety: safe. */
-hal_status_t hal_mem_ipc_open_handle(hal_device_t device, const hal_ipc_handle_t *handle,
-                                     void **ptr);
+HAL_API hal_status_t hal_mem_ipc_open_handle(hal_device_t device, const hal_ipc_handle_t *handle,
+                                             void **ptr);
 
 /* Since 1.1. Unmaps what hal_mem_ipc_open_handle returned (after waiting for the device, like
  * hal_mem_free).
  * Returns: HAL_OK; HAL_ERROR_INVALID_ARGUMENT (not an address returned by
  * hal_mem_ipc_open_handle).
  * Thread safety: safe. */
-hal_status_t hal_mem_ipc_close_handle(void *ptr);
+HAL_API hal_status_t hal_mem_ipc_close_handle(void *ptr);
 
 #ifdef __cplusplus
 }

@@ -5,6 +5,8 @@
 
 #include <stdint.h>
 
+#include "hal/hal_version.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -40,7 +42,7 @@ typedef enum hal_status {
 /* Returns the enumerator's name ("HAL_ERROR_TIMEOUT") as a static string; never NULL. Unknown
  * values give "HAL_STATUS_UNKNOWN".
  * Thread safety: safe. */
-const char *hal_status_string(hal_status_t status);
+HAL_API const char *hal_status_string(hal_status_t status);
 
 /* Returns the message of the last failed HAL call on the calling thread: it names the backend,
  * the HAL function and the native call that failed, e.g.
@@ -48,7 +50,7 @@ const char *hal_status_string(hal_status_t status);
  * Empty string if no call has failed on this thread. The pointer stays valid until the next HAL
  * call on the same thread.
  * Thread safety: safe; the message is thread-local. */
-const char *hal_last_error_message(void);
+HAL_API const char *hal_last_error_message(void);
 
 #ifdef __cplusplus
 }

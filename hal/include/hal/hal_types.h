@@ -51,6 +51,13 @@ typedef enum hal_mem_kind {
 #define HAL_DEVICE_CAP_FP8_COLLECTIVES    (UINT64_C(1) << 6) /* fp8 dtypes in collectives */
 #define HAL_DEVICE_CAP_NATIVE_COLLECTIVES (UINT64_C(1) << 7) /* the backend runs collectives */
 
+/* ---- Backend flags (hal_backend_info_t.flags, hal_backend_ops_t.flags) ----------------------
+ * What a backend says of itself before it is initialised (hal_backend_probe). */
+/* Each device belongs to one process at a time: opening the backend claims the devices the
+ * process is given (as the Neuron runtime takes its NeuronCores when it starts), so a process
+ * that will not use them (a launcher of worker processes) must not open the backend. */
+#define HAL_BACKEND_FLAG_EXCLUSIVE_DEVICES (1u << 0)
+
 #define HAL_DEVICE_NAME_MAX   256
 #define HAL_DEVICE_VENDOR_MAX 64
 #define HAL_BACKEND_NAME_MAX  64

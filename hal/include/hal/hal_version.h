@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* torch-hal public API: version numbers. */
+/* torch-hal public API: version numbers and the export marker. */
 #ifndef HAL_VERSION_H
 #define HAL_VERSION_H
 
@@ -18,6 +18,14 @@ extern "C" {
 #define HAL_API_VERSION_MAJOR 1
 #define HAL_API_VERSION_MINOR 1
 #define HAL_API_VERSION       HAL_MAKE_VERSION(HAL_API_VERSION_MAJOR, HAL_API_VERSION_MINOR)
+
+/* Marks the functions of the public API: the only symbols libhal.so exports (it is built with
+ * -fvisibility=hidden and the version script hal/libhal.map). */
+#if defined(__GNUC__)
+#define HAL_API __attribute__((visibility("default")))
+#else
+#define HAL_API
+#endif
 
 #ifdef __cplusplus
 }

@@ -218,6 +218,34 @@ CTEST(loader, every_required_slot_is_checked_and_named)
     return CTEST_PASS;
 }
 
+CTEST(loader, probe_reads_the_table_without_initialising)
+{
+    hal_backend_info_t info = HAL_BACKEND_INFO_INIT;
+    CHECK_STATUS(hal_backend_probe("template", &info), HAL_OK);
+    CTEST_CHECK(strcmp(info.name, "template") == 0);
+    CTEST_CHECK(strcmp(info.device_type_name, "template") == 0);
+    CTEST_CHECK(info.api_version == HAL_API_VERSION && info.flags == 0);
+    CHECK_STATUS(hal_backend_probe("short", &info), HAL_OK);
+    CTEST_CHECK(info.api_version == HAL_MAKE_VERSION(1, 0));
+    /* The same checks as an open, named after the probe. */
+    CHECK_STATUS(hal_backend_probe("truncated", &info), HAL_ERROR_VERSION_MISMATCH);
+    CHECK_MESSAGE("hal_backend_probe: backend 'template'");
+    CHECK_STATUS(hal_backend_probe("badmajor", &info), HAL_ERROR_VERSION_MISMATCH);
+    CHECK_STATUS(hal_backend_probe("noentry", &info), HAL_ERROR_NOT_FOUND);
+    CHECK_STATUS(hal_backend_probe("no such", &info), HAL_ERROR_INVALID_ARGUMENT);
+    char dir[PATH_MAX], lib[PATH_MAX + 64], src[PATH_MAX];
+    CTEST_CHECK(make_dir(dir, sizeof(dir), 0777) == 0);
+    snprintf(lib, sizeof(lib), "%s/libhal_backend_template.so", dir);
+    CTEST_CHECK(copy_file(template_path(src, sizeof(src)), lib, 0755) == 0);
+    CHECK_STATUS(hal_backend_probe(lib, &info), HAL_ERROR_PERMISSION_DENIED);
+    info.struct_size = 8;
+    CHECK_STATUS(hal_backend_probe("template", &info), HAL_ERROR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("struct_size");
+    CHECK_STATUS(hal_backend_probe(NULL, &info), HAL_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(hal_backend_probe("template", NULL), HAL_ERROR_INVALID_ARGUMENT);
+    return CTEST_PASS;
+}
+
 CTEST(loader, list_available_finds_every_backend_once)
 {
     size_t count = 0;
