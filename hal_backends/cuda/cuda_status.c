@@ -118,8 +118,7 @@ void cuda_error_text(const cuda_rt_t *rt, cudaError_t err, char *buf, size_t siz
 void cuda_set_error(const cuda_backend_t *backend, const char *fmt, ...)
 {
     const hal_host_services_t *host = backend != NULL ? backend->host : NULL;
-    if (host == NULL ||
-        host->struct_size < offsetof(hal_host_services_t, set_error) + sizeof(host->set_error) ||
+    if (host == NULL || !HAL_STRUCT_HAS(hal_host_services_t, set_error, host->struct_size) ||
         host->set_error == NULL)
         return;
     char buf[CUDA_MSG_MAX + 256];

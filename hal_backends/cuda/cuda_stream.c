@@ -99,8 +99,7 @@ static void run_node(cuda_stream_t *s, cuda_node_t *node)
         hal_status_t rc = node->u.hf.fn(node->u.hf.arg, reach_point(s));
         if (rc != HAL_OK) {
             const char *detail = NULL;
-            if (host->struct_size >=
-                    offsetof(hal_host_services_t, take_error) + sizeof(host->take_error) &&
+            if (HAL_STRUCT_HAS(hal_host_services_t, take_error, host->struct_size) &&
                 host->take_error != NULL)
                 detail = host->take_error();
             snprintf(msg, sizeof(msg), "%s",

@@ -23,12 +23,44 @@ typedef struct hal_device_s *hal_device_t;
 typedef struct hal_stream_s *hal_stream_t;
 typedef struct hal_event_s *hal_event_t;
 
-/* Every extensible descriptor starts with this header. `next` points to an optional chain of
- * extension structs, each starting with the same header; unknown extensions are ignored. */
+/* Every extensible descriptor starts with this header: the size the caller was compiled with
+ * (fields beyond it are neither read nor written) and `next`, an optional chain of extensions. */
 typedef struct hal_ext_header {
     size_t struct_size;
     const void *next;
 } hal_ext_header_t;
+
+/* What an extension in a `next` chain is (hal_extension_t.type). Values are never reused. */
+typedef enum hal_extension_type {
+    HAL_EXTENSION_TYPE_NONE = 0, /* ignored wherever it appears */
+    HAL_EXTENSION_TYPE_FORCE_U32 = 0x7fffffff
+} hal_extension_type_t;
+
+/* The header of every extension struct, as PJRT's PJRT_Extension_Base: its size, a type tag
+ * that says which struct it is, and the next extension. A reader walks the chain and uses the
+ * extensions whose type it knows (hal_extension_find); unknown types are skipped. */
+typedef struct hal_extension {
+    size_t struct_size;
+    hal_extension_type_t type;
+    uint32_t reserved;
+    const struct hal_extension *next;
+} hal_extension_t;
+
+/* True when a struct of `size` bytes (its struct_size as its writer was compiled) contains
+ * `field` of `type`: how a reader of a struct that grows by minor versions tests for a field,
+ * e.g. HAL_STRUCT_HAS(hal_device_properties_t, alignment, props->struct_size). */
+#define HAL_STRUCT_HAS(type, field, size) \
+    ((size_t)(size) >= offsetof(type, field) + sizeof(((type *)0)->field))
+
+/* The first extension of `type` in the chain starting at `next` (a descriptor's `next`), or
+ * NULL. Thread safety: safe (reads only). */
+static inline const hal_extension_t *hal_extension_find(const void *next, hal_extension_type_t type)
+{
+    for (const hal_extension_t *e = (const hal_extension_t *)next; e; e = e->next)
+        if (HAL_STRUCT_HAS(hal_extension_t, next, e->struct_size) && e->type == type)
+            return e;
+    return NULL;
+}
 
 /* ---- Memory kinds -------------------------------------------------------------------------- */
 typedef enum hal_mem_kind {
