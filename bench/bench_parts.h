@@ -11,11 +11,11 @@
 typedef int (*bench_part_fn)(const bench_options_t *opts, const char *const *backends,
                              int nbackends, bench_targets_t *targets);
 
-/* "mem": dispatch overhead, stream latency, copy bandwidth, caching allocator (bench_mem.c). */
+/* "mem": dispatch overhead, stream latency, copy bandwidth, caching allocator (bench_mem*.c). */
 int bench_mem_run(const bench_options_t *opts, const char *const *backends, int nbackends,
                   bench_targets_t *targets);
 
-/* "coll": collectives among rank processes vs Open MPI and Gloo (bench_coll.c). */
+/* "coll": collectives among rank processes vs Open MPI and Gloo (bench_coll*.c). */
 int bench_coll_run(const bench_options_t *opts, const char *const *backends, int nbackends,
                    bench_targets_t *targets);
 

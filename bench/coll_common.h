@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* hal-bench part "coll": what every implementation under test shares — the HAL's rank
- * processes (bench_coll.c), the Open MPI peer (coll_peer_mpi.c) and the Gloo peer
+ * processes (bench_coll_rank.c), the Open MPI peer (coll_peer_mpi.c) and the Gloo peer
  * (coll_peer_gloo.cc) — so that all of them run the same plan on the same data and report in
  * the same form. Plain C that also compiles as C++; header-only (the peers are built outside
  * the HAL's libraries).
  *
- * Command line of every rank program (the driver in bench_coll.c builds it):
+ * Command line of every rank program (the driver builds it: bench_coll.c, bench_coll_peers.c):
  *   --plan=BYTES:ITERS:WARMUP:REPS[,...]   sizes in nccl-tests' sense (S, see below) and, per
  *                                           size, timed ops per repeat, warm-up ops, repeats
  *   --colls=NAME[,...]                      allreduce allgather reduce_scatter broadcast alltoall

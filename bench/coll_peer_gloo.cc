@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // hal-bench part "coll": the Gloo peer (C++, because Gloo is a C++ library). One process per
-// rank, started by the driver (bench_coll.c); ranks meet through a gloo::rendezvous::FileStore
-// in a directory the driver creates and connect over Gloo's TCP transport on 127.0.0.1.
+// rank, started by the driver (bench_coll_peers.c); ranks meet through a
+// gloo::rendezvous::FileStore in a directory the driver creates and connect over Gloo's TCP
+// transport on 127.0.0.1.
 //
 //   coll_peer_gloo --rank=R --size=N --store=DIR --plan=... --colls=...
 //

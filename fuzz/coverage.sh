@@ -16,12 +16,14 @@ flags=(-std=c11 -D_GNU_SOURCE -I. -Ihal/include -g -O0 -fsanitize=fuzzer
 libs=(-lpthread -ldl -lrt -lm)
 core=(hal/src/*.c hal/layers/*.c)
 comm=(hal/src/comm/*.c hal/services/*.c)
+bootstrap=() # every bootstrap file but SHA-256/HMAC (bootstrap_internal.h lists them)
+for f in hal/src/comm/bootstrap_*.c; do [ "$f" != hal/src/comm/bootstrap_hmac.c ] && bootstrap+=("$f"); done
 mkdir -p "$out/coverage"
 for t in "${targets[@]}"; do
     case "$t" in
-    unique_id) src=(fuzz/fuzz_unique_id.c hal/src/comm/bootstrap.c hal/src/comm/bootstrap_hmac.c hal/src/status.c); files=(hal/src/comm/bootstrap.c) ;;
-    bootstrap_wire) src=(fuzz/fuzz_bootstrap_wire.c hal/src/comm/bootstrap_hmac.c hal/src/status.c); files=(hal/src/comm/bootstrap.c) ;;
-    comm_bind) src=(fuzz/fuzz_comm_bind.c hal/src/comm/bootstrap_hmac.c hal/src/status.c); files=(hal/src/comm/bootstrap.c) ;;
+    unique_id) src=(fuzz/fuzz_unique_id.c "${bootstrap[@]}" hal/src/comm/bootstrap_hmac.c hal/src/status.c); files=(hal/src/comm/bootstrap_id.c) ;;
+    bootstrap_wire) src=(fuzz/fuzz_bootstrap_wire.c hal/src/comm/bootstrap_hmac.c hal/src/status.c); files=("${bootstrap[@]}") ;;
+    comm_bind) src=(fuzz/fuzz_comm_bind.c hal/src/comm/bootstrap_hmac.c hal/src/status.c); files=(hal/src/comm/bootstrap_socket.c) ;;
     faults_spec) src=(fuzz/fuzz_faults_spec.c hal/layers/faults_spec.c); files=(hal/layers/faults_spec.c) ;;
     layers_env) src=(fuzz/fuzz_layers_env.c); for f in "${core[@]}"; do [ "$f" != hal/layers/trace_file.c ] && src+=("$f"); done; files=(hal/layers/layer.c hal/layers/trace_file.c) ;;
     cpu_env) src=(fuzz/fuzz_cpu_env.c hal_backends/cpu/cpu_env.c); files=(hal_backends/cpu/cpu_env.c) ;;

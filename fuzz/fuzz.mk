@@ -24,13 +24,16 @@ FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -I. -Ihal/include -g -O1 -fno-omit-frame-p
 FUZZ_LIBS := -lpthread -ldl -lrt -lm
 
 FUZZ_HEADERS := $(wildcard hal/include/hal/*.h hal/src/*.h hal/src/comm/*.h hal/layers/*.h \
-	hal_backends/cpu/*.h)
+	hal/services/*.h hal_backends/cpu/*.h)
 FUZZ_CORE := $(wildcard hal/src/*.c hal/layers/*.c)
 FUZZ_HAL := $(FUZZ_CORE) $(wildcard hal/src/comm/*.c hal/services/*.c)
 # SHA-256/HMAC is not a target (bootstrap_hmac_test checks it against published vectors): built
 # without instrumentation, so the executions go to the parsers.
 FUZZ_HMAC_OBJ := $(FUZZ_OUT)/obj/bootstrap_hmac.o
 FUZZ_BOOTSTRAP_DEPS := $(FUZZ_HMAC_OBJ) hal/src/status.c
+# The bootstrap's other files (bootstrap_internal.h lists them); the wire and bind targets include
+# them for their static functions.
+FUZZ_BOOTSTRAP_SRCS := $(filter-out hal/src/comm/bootstrap_hmac.c,$(wildcard hal/src/comm/bootstrap_*.c))
 
 $(FUZZ_HMAC_OBJ): hal/src/comm/bootstrap_hmac.c $(FUZZ_HEADERS) fuzz/fuzz.mk
 	@mkdir -p $(dir $@)
@@ -46,9 +49,9 @@ $(FUZZ_OUT)/bin/fuzz_$(1): $(2) $(3) $(FUZZ_HEADERS) fuzz/fuzz.mk
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $$@ $(2) $(FUZZ_LIBS)
 endef
 
-$(eval $(call fuzz_target,unique_id,fuzz/fuzz_unique_id.c hal/src/comm/bootstrap.c $(FUZZ_BOOTSTRAP_DEPS),))
-$(eval $(call fuzz_target,bootstrap_wire,fuzz/fuzz_bootstrap_wire.c $(FUZZ_BOOTSTRAP_DEPS),hal/src/comm/bootstrap.c))
-$(eval $(call fuzz_target,comm_bind,fuzz/fuzz_comm_bind.c $(FUZZ_BOOTSTRAP_DEPS),hal/src/comm/bootstrap.c))
+$(eval $(call fuzz_target,unique_id,fuzz/fuzz_unique_id.c $(FUZZ_BOOTSTRAP_SRCS) $(FUZZ_BOOTSTRAP_DEPS),))
+$(eval $(call fuzz_target,bootstrap_wire,fuzz/fuzz_bootstrap_wire.c $(FUZZ_BOOTSTRAP_DEPS),$(FUZZ_BOOTSTRAP_SRCS)))
+$(eval $(call fuzz_target,comm_bind,fuzz/fuzz_comm_bind.c $(FUZZ_BOOTSTRAP_DEPS),hal/src/comm/bootstrap_socket.c))
 $(eval $(call fuzz_target,faults_spec,fuzz/fuzz_faults_spec.c hal/layers/faults_spec.c,))
 $(eval $(call fuzz_target,layers_env,fuzz/fuzz_layers_env.c $(filter-out hal/layers/trace_file.c,$(FUZZ_CORE)),hal/layers/trace_file.c))
 $(eval $(call fuzz_target,cpu_env,fuzz/fuzz_cpu_env.c hal_backends/cpu/cpu_env.c,))

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* libFuzzer target: the bootstrap wire protocol (hal/src/comm/bootstrap.c, included here for its
- * static functions): the input plays a peer on a connection, through a socket pair, against the
- * real code. The first byte picks what is attacked:
+/* libFuzzer target: the bootstrap wire protocol (hal/src/comm/bootstrap_*.c, included here for
+ * their static functions): the input plays a peer on a connection, through a socket pair,
+ * against the real code. The first byte picks what is attacked:
  *   0  the bootstrap root: up to four connections that send AUTH2 and HELLO (the harness can
  *      authenticate properly, so the fuzzer reaches the HELLO and table logic; everything else
  *      is raw input), then hang up;
@@ -13,7 +13,14 @@
  * Checks, besides memory safety and the absence of hangs: a connection that did not prove the
  * secret never joins, never gets the table and is never accepted; a receive returns only what a
  * complete frame of the right tag and size carried. */
-#include "hal/src/comm/bootstrap.c"
+#include "hal/src/comm/bootstrap_auth.c"
+#include "hal/src/comm/bootstrap_coll.c"
+#include "hal/src/comm/bootstrap_id.c"
+#include "hal/src/comm/bootstrap_msg.c"
+#include "hal/src/comm/bootstrap_rank.c"
+#include "hal/src/comm/bootstrap_rendezvous.c"
+#include "hal/src/comm/bootstrap_root.c"
+#include "hal/src/comm/bootstrap_socket.c"
 
 #define CHECK(cond)           \
     do {                      \

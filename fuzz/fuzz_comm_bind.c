@@ -1,17 +1,17 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* libFuzzer target: HAL_COMM_BIND (bs_parse_bind in hal/src/comm/bootstrap.c, included here for
- * that static function). Input: the value. Name resolution is replaced by an offline stand-in:
- * numeric addresses go to the system's getaddrinfo with AI_NUMERICHOST, "localhost" resolves to
- * 127.0.0.1 and every other name fails (so no exec waits for DNS). Checks, besides memory
- * safety: unset or empty gives 127.0.0.1 with an ephemeral port; an accepted value yields an
- * IPv4 or IPv6 address whose port is the one the text gives (0 without one); a rejected one
- * gives INVALID_ARGUMENT naming the variable. */
+/* libFuzzer target: HAL_COMM_BIND (bs_parse_bind in hal/src/comm/bootstrap_socket.c, included
+ * here so that its getaddrinfo can be replaced). Input: the value. Name resolution is replaced by
+ * an offline stand-in: numeric addresses go to the system's getaddrinfo with AI_NUMERICHOST,
+ * "localhost" resolves to 127.0.0.1 and every other name fails (so no exec waits for DNS).
+ * Checks, besides memory safety: unset or empty gives 127.0.0.1 with an ephemeral port; an
+ * accepted value yields an IPv4 or IPv6 address whose port is the one the text gives (0 without
+ * one); a rejected one gives INVALID_ARGUMENT naming the variable. */
 #include <netdb.h>
 
 static int fuzz_getaddrinfo(const char *node, const char *service, const struct addrinfo *hints,
                             struct addrinfo **res);
 #define getaddrinfo fuzz_getaddrinfo
-#include "hal/src/comm/bootstrap.c"
+#include "hal/src/comm/bootstrap_socket.c"
 #undef getaddrinfo
 
 #define CHECK(cond)           \

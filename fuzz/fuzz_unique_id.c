@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* libFuzzer target: the unique-id parser (hal_bootstrap_parse_id, hal/src/comm/bootstrap.c), the
- * first thing a rank does with the 128 bytes it was handed out of band. Input: the id's bytes
+/* libFuzzer target: the unique-id parser (hal_bootstrap_parse_id, hal/src/comm/bootstrap_id.c),
+ * the first thing a rank does with the 128 bytes it was handed out of band. Input: the id's bytes
  * (shorter inputs are zero-padded). Checks, besides memory safety: an accepted id has the
  * documented layout (tag, version, flags, zero reserved bytes, a root address unless made for a
  * store, a secret that is not all zero) and the nonce returned is the id's; a rejected one gives

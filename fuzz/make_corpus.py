@@ -24,7 +24,7 @@ def write(target: str, data: bytes) -> None:
         f.write(data)
 
 
-# ---- unique ids (layout in hal/src/comm/bootstrap.c) ----
+# ---- unique ids (layout in hal/src/comm/bootstrap_internal.h) ----
 
 
 def addr_block(family: int, port: int, addr: bytes, scope: int = 0) -> bytes:

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Internal to the HAL core: object layouts, handle checks and error reporting. */
+/* Internal to the HAL core: object layouts, the allocation map, backend errors and the core's
+ * own helpers. What the services may use as well is in service.h (included here). */
 #ifndef HAL_SRC_CORE_H
 #define HAL_SRC_CORE_H
 
@@ -9,23 +10,7 @@
 
 #include "hal/hal.h"
 #include "hal/hal_backend_abi.h"
-
-/* Every handle starts with a magic number naming its type. A destroyed handle's magic is set to
- * HAL_MAGIC_DEAD before its memory goes to the quarantine (see handle_pool.c). */
-enum {
-    HAL_MAGIC_BACKEND = 0x48424b31, /* "HBK1" */
-    HAL_MAGIC_DEVICE = 0x48445631,  /* "HDV1" */
-    HAL_MAGIC_STREAM = 0x48535431,  /* "HST1" */
-    HAL_MAGIC_EVENT = 0x48455631,   /* "HEV1" */
-    HAL_MAGIC_ALLOCATOR = 0x48414c31,
-    HAL_MAGIC_COMM = 0x48434d31, /* "HCM1" */
-    HAL_MAGIC_DEAD = 0x44454144, /* "DEAD" */
-};
-
-typedef struct hal_object {
-    uint32_t magic;
-    uint32_t dead_type; /* the magic it had before it was destroyed (for messages) */
-} hal_object_t;
+#include "hal/src/service.h"
 
 struct hal_layer_inst;
 
@@ -52,15 +37,6 @@ typedef struct hal_live_list {
 typedef struct hal_live_link {
     struct hal_live_link *prev, *next;
 } hal_live_link_t;
-
-/* A service that keeps stream handles of its own (the caching allocator's pools) registers one
- * of these with the device: hal_stream_destroy calls `retired` after the stream finished its work
- * and before the backend stream goes, while no other listener call is in progress. Afterwards
- * the service must not use the handle. */
-typedef struct hal_stream_listener {
-    void (*retired)(struct hal_stream_listener *listener, struct hal_stream_s *stream);
-    struct hal_stream_listener *next;
-} hal_stream_listener_t;
 
 struct hal_device_s {
     hal_object_t obj;
@@ -103,11 +79,6 @@ struct hal_event_s {
 
 /* ---- errors (status.c) ---- */
 
-/* Records "<backend>: <call>: <formatted detail>" as the calling thread's last error and returns
- * status. backend may be NULL ("hal"). */
-hal_status_t hal_error(hal_status_t status, const char *backend, const char *call, const char *fmt,
-                       ...) __attribute__((format(printf, 4, 5)));
-
 /* After a backend slot returned `status`, prefixes the detail the backend left through
  * host->set_error (or the status name) with backend and call names. */
 hal_status_t hal_backend_error(hal_status_t status, const hal_backend_ops_t *ops, const char *call);
@@ -116,40 +87,7 @@ hal_status_t hal_backend_error(hal_status_t status, const hal_backend_ops_t *ops
 void hal_host_set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 const char *hal_host_take_error(void);
 
-/* ---- handle checks ---- */
-
-/* Explains why `h` is not a live object of type `magic`. Cold path. */
-hal_status_t hal_bad_handle(const void *h, uint32_t magic, const char *type, const char *call);
-
-#define HAL_LIKELY(x)   __builtin_expect(!!(x), 1)
-#define HAL_UNLIKELY(x) __builtin_expect(!!(x), 0)
-
-#define HAL_CHECK_HANDLE(h, MAGIC, type, call)                                          \
-    do {                                                                                \
-        if (HAL_UNLIKELY((h) == NULL || ((const hal_object_t *)(h))->magic != (MAGIC))) \
-            return hal_bad_handle((h), (MAGIC), (type), (call));                        \
-    } while (0)
-
-#define HAL_CHECK_BACKEND(h, call) HAL_CHECK_HANDLE(h, HAL_MAGIC_BACKEND, "hal_backend_t", call)
-#define HAL_CHECK_DEVICE(h, call)  HAL_CHECK_HANDLE(h, HAL_MAGIC_DEVICE, "hal_device_t", call)
-#define HAL_CHECK_STREAM(h, call)  HAL_CHECK_HANDLE(h, HAL_MAGIC_STREAM, "hal_stream_t", call)
-#define HAL_CHECK_EVENT(h, call)   HAL_CHECK_HANDLE(h, HAL_MAGIC_EVENT, "hal_event_t", call)
-
-/* Propagates a non-OK status. */
-#define HAL_CHECK(expr)                          \
-    do {                                         \
-        hal_status_t hal_check_status_ = (expr); \
-        if (hal_check_status_ != HAL_OK)         \
-            return hal_check_status_;            \
-    } while (0)
-
-/* Stores a non-OK status in `st` and jumps to `label`. */
-#define HAL_CHECK_GOTO(expr, st, label) \
-    do {                                \
-        (st) = (expr);                  \
-        if ((st) != HAL_OK)             \
-            goto label;                 \
-    } while (0)
+/* ---- backend calls ---- */
 
 /* Leaves "the backend does not implement <slot>" as the backend's detail; returns
  * HAL_ERROR_UNSUPPORTED. */
@@ -169,20 +107,10 @@ static inline hal_status_t hal_finish(hal_status_t st, const hal_backend_ops_t *
     return hal_backend_error(st, ops, call);
 }
 
-/* ---- handle memory (handle_pool.c) ---- */
-
-/* Allocates zeroed memory for a handle of `size` bytes (<= HAL_HANDLE_MAX_SIZE). */
-void *hal_handle_alloc(size_t size);
-/* Marks a handle dead and quarantines its memory; with keep_forever it is never reused. */
-void hal_handle_release(void *handle, bool keep_forever);
-#define HAL_HANDLE_MAX_SIZE 1024
-
 /* ---- live lists ---- */
 void hal_live_init(hal_live_link_t *sentinel);
 void hal_live_insert(hal_live_link_t *sentinel, hal_live_link_t *link);
 void hal_live_remove(hal_live_link_t *link);
-
-#define HAL_CONTAINER_OF(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 
 /* ---- allocation map (mem_map.c) ---- */
 typedef struct hal_alloc_record {
@@ -236,11 +164,6 @@ extern void (*hal_comm_close_device_hook)(struct hal_device_s *device);
 
 /* ---- devices (device.c) ---- */
 
-/* Adds or removes a stream listener (see hal_stream_listener_t). Removal waits for a call in
- * progress. Thread safety: safe. */
-void hal_device_add_stream_listener(struct hal_device_s *device, hal_stream_listener_t *listener);
-void hal_device_remove_stream_listener(struct hal_device_s *device,
-                                       hal_stream_listener_t *listener);
 hal_status_t hal_device_open_all(struct hal_backend_s *backend);
 void hal_device_close_all(struct hal_backend_s *backend);
 

@@ -64,7 +64,7 @@ static void child(job_t *job, int rank, const char *spec)
         CHILD_CHECK(hal_comm_get_unique_id(0, &id) == HAL_OK);
         for (int r = 1; r < NRANKS; r++)
             CHILD_CHECK(ctest_write_full(job->id_pipe[r][1], &id, sizeof(id)) == 0);
-        memcpy(res.nonce, id.internal + 64, sizeof(res.nonce)); /* see bootstrap.c */
+        memcpy(res.nonce, id.internal + 64, sizeof(res.nonce)); /* see bootstrap_internal.h */
     } else {
         CHILD_CHECK(ctest_read_full(job->id_pipe[rank][0], &id, sizeof(id), 10000) == 0);
     }

@@ -12,7 +12,7 @@
 
 #include "hal/tests/comm/bootstrap_test_util.h"
 
-/* Offsets of the documented id layout (bootstrap.c). */
+/* Offsets of the documented id layout (bootstrap_internal.h). */
 enum {
     ID_TAG = 0,
     ID_VERSION = 4,
