@@ -26,6 +26,8 @@ APT_PACKAGES := bazel-bootstrap bazel-rules-java googletest libgtest-dev clang-f
 TORCH_VERSION := 2.13.0
 # What the bridge's and the patch series' tests import besides torch.
 PY_TEST_PACKAGES := pytest expecttest
+# What draws the plots (examples/compare_losses.py: make demo) and its test.
+PY_PLOT_PACKAGES := matplotlib
 C_SOURCES = $(shell git ls-files --cached --others --exclude-standard '*.c' '*.h' '*.cc' '*.cpp')
 # C/C++ targets exercised by the sanitizer runs: every unit test and the conformance suite on
 # the cpu and trainium backends. The suite's runs under the validation and trace layers are left
@@ -56,13 +58,15 @@ endef
 deps:
 	$(call apt_install,$(APT_PACKAGES))
 
-# torch 2.13.0 (the CPU wheel) and the test packages, only if missing.
+# torch 2.13.0 (the CPU wheel), the test and plot packages, only if missing.
 deps-python: deps
 	@$(PYTHON) -c 'import torch, sys; sys.exit(torch.__version__.split("+")[0] != "$(TORCH_VERSION)")' \
 	  2>/dev/null || { echo "make: installing torch==$(TORCH_VERSION)"; \
 	  $(PYTHON) -m pip install -q torch==$(TORCH_VERSION); }
 	@$(PYTHON) -c 'import pytest, expecttest' 2>/dev/null || \
 	  $(PYTHON) -m pip install -q $(PY_TEST_PACKAGES)
+	@$(PYTHON) -c 'import matplotlib' 2>/dev/null || \
+	  $(PYTHON) -m pip install -q $(PY_PLOT_PACKAGES)
 
 # The PyTorch bridge, built against the installed torch (no build isolation: no other torch).
 # Skipped when what it is built from (bridge/, the HAL, the backends) has not changed since the
