@@ -11,7 +11,7 @@
 #   make census                     CUDA hardcoding in torch before and after the series
 #   make soak                       randomized fault campaign (HAL_LAYERS=faults) over the
 #                                   conformance suite and DDP training
-#   make fuzz / fuzz-smoke          libFuzzer targets (fuzz/fuzz.mk)
+#   make fuzz / fuzz-smoke          libFuzzer targets (fuzz/README.md)
 #   make format / format-check      clang-format the C/C++ sources / check them
 #   make gpu-bundle                 binaries for conformance/gpu/run.sh on a GPU machine
 
@@ -26,6 +26,8 @@ APT_PACKAGES := bazel-bootstrap bazel-rules-java googletest libgtest-dev clang-f
 TORCH_VERSION := 2.13.0
 # What the bridge's and the patch series' tests import besides torch.
 PY_TEST_PACKAGES := pytest expecttest
+# What draws the plots (examples/compare_losses.py: make demo) and its test.
+PY_PLOT_PACKAGES := matplotlib
 C_SOURCES = $(shell git ls-files --cached --others --exclude-standard '*.c' '*.h' '*.cc' '*.cpp')
 # C/C++ targets exercised by the sanitizer runs: every unit test and the conformance suite on
 # the cpu and trainium backends. The suite's runs under the validation and trace layers are left
@@ -38,7 +40,7 @@ JUNIT := $(PYTHON) tools/junit.py
 
 .PHONY: all deps deps-python deps-bench bridge build test test-default test-asan test-tsan \
 	test-bridge test-patches test-fuzz test-soak conformance bench demo patches-check census \
-	soak format format-check clean gpu-bundle
+	soak fuzz fuzz-smoke fuzz-build fuzz-deps format format-check clean gpu-bundle
 
 all: build
 
@@ -56,13 +58,15 @@ endef
 deps:
 	$(call apt_install,$(APT_PACKAGES))
 
-# torch 2.13.0 (the CPU wheel) and the test packages, only if missing.
+# torch 2.13.0 (the CPU wheel), the test and plot packages, only if missing.
 deps-python: deps
 	@$(PYTHON) -c 'import torch, sys; sys.exit(torch.__version__.split("+")[0] != "$(TORCH_VERSION)")' \
 	  2>/dev/null || { echo "make: installing torch==$(TORCH_VERSION)"; \
 	  $(PYTHON) -m pip install -q torch==$(TORCH_VERSION); }
 	@$(PYTHON) -c 'import pytest, expecttest' 2>/dev/null || \
 	  $(PYTHON) -m pip install -q $(PY_TEST_PACKAGES)
+	@$(PYTHON) -c 'import matplotlib' 2>/dev/null || \
+	  $(PYTHON) -m pip install -q $(PY_PLOT_PACKAGES)
 
 # The PyTorch bridge, built against the installed torch (no build isolation: no other torch).
 # Skipped when what it is built from (bridge/, the HAL, the backends) has not changed since the
@@ -209,7 +213,47 @@ soak: bridge
 	$(BAZEL) build //conformance:hal_conformance //hal_backends/cpu:libhal_backend_cpu.so
 	$(PYTHON) soak/soak.py $(SOAK_ARGS) $(if $(SOAK_JUNIT),--junit $(SOAK_JUNIT))
 
-include fuzz/fuzz.mk
+# ---- fuzzing -----------------------------------------------------------------------------------
+
+# libFuzzer targets (fuzz/README.md), built by Bazel with clang (bazel build --config=fuzz
+# //fuzz/...) and copied to FUZZ_OUT/bin, where fuzz/run.sh runs them:
+#   make fuzz          every target until it made FUZZ_RUNS executions or FUZZ_SECONDS passed,
+#                      then a table: executions, crashes, coverage per target
+#   make fuzz-smoke    every target for FUZZ_SMOKE_SECONDS (CI)
+#   make fuzz-build    only build the targets
+# FUZZ_CC=<clang> builds with another clang (third_party/clang_configure.bzl reads it).
+FUZZ_OUT ?= $(OUT)/fuzz
+FUZZ_RUNS ?= 10000000
+# Sized so that the slowest target still reaches FUZZ_RUNS on one core (see fuzz/README.md);
+# faster targets stop at FUZZ_RUNS.
+FUZZ_SECONDS ?= 1800
+FUZZ_SMOKE_SECONDS ?= 5
+FUZZ_PYTHON ?= python3
+# clang, libFuzzer's runtime, and lld (the fuzz build's linker, see .bazelrc).
+FUZZ_APT_PACKAGES := clang libclang-rt-14-dev lld
+# The C targets (fuzz/BUILD: //fuzz:fuzz_<name>), then the atheris one (fuzz/fuzz_<name>.py).
+FUZZ_C_TARGETS := unique_id bootstrap_wire faults_spec layers_env cpu_env comm_bind comm_timeout
+FUZZ_TARGETS := $(FUZZ_C_TARGETS) patch_header
+
+# Installs clang, libFuzzer's runtime and lld (apt) and atheris (pip) if they are missing.
+fuzz-deps: deps
+	$(call apt_install,$(FUZZ_APT_PACKAGES))
+	@$(FUZZ_PYTHON) -c 'import atheris' 2>/dev/null || \
+	  $(FUZZ_PYTHON) -m pip install -q atheris || \
+	  echo "fuzz-deps: atheris could not be installed; fuzz_patch_header will be skipped"
+
+fuzz-build: fuzz-deps
+	$(BAZEL) build --config=fuzz $(foreach t,$(FUZZ_C_TARGETS),//fuzz:fuzz_$(t))
+	@bin=$$($(BAZEL) info --config=fuzz bazel-bin 2>/dev/null) && mkdir -p $(FUZZ_OUT)/bin && \
+	  for t in $(FUZZ_C_TARGETS); do cp -f $$bin/fuzz/fuzz_$$t $(FUZZ_OUT)/bin/ || exit 1; done
+
+fuzz: fuzz-build
+	@FUZZ_PYTHON=$(FUZZ_PYTHON) fuzz/run.sh --out $(FUZZ_OUT) --seconds $(FUZZ_SECONDS) \
+	  --runs $(FUZZ_RUNS) $(FUZZ_TARGETS)
+
+fuzz-smoke: fuzz-build
+	@FUZZ_PYTHON=$(FUZZ_PYTHON) fuzz/run.sh --out $(FUZZ_OUT) --seconds $(FUZZ_SMOKE_SECONDS) \
+	  --runs 0 $(FUZZ_TARGETS)
 
 # ---- other -------------------------------------------------------------------------------------
 

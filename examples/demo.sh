@@ -8,6 +8,7 @@
 # Environment:
 #   DEMO_STEPS    training steps per run (default 40)
 #   DEMO_OUT      output directory (default out/demo): neuron.json, cpu.json, loss_curves.png
+#                 (drawn with matplotlib, which make demo installs)
 #   DEMO_DEVICE   the device run's device (default neuron; "hal" runs the cpu backend instead)
 #   DEMO_RTOL     accepted relative loss difference (default 1e-6)
 #
@@ -65,7 +66,9 @@ rc=0
     --plot "$out/loss_curves.png" || rc=$?
 echo
 echo "demo: $((SECONDS - start)) s; logs and plot in $out/"
-if [ "$rc" -ne 0 ]; then
+if [ "$rc" -eq 1 ]; then
     echo "demo: FAILED: the $device losses do not match the cpu losses (rtol $rtol)" >&2
+elif [ "$rc" -ne 0 ]; then
+    echo "demo: FAILED: compare_losses.py could not compare the runs or write the plot" >&2
 fi
 exit "$rc"

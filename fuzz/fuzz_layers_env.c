@@ -7,6 +7,19 @@
  * Checks, besides memory safety: HAL_LAYERS yields at most one instance of each known layer or
  * INVALID_ARGUMENT naming the variable; an expansion fits its buffer, and a template without '%'
  * expands to itself. */
+
+/* trace_file.c is also part of //hal:core, which this target links for hal_layers_parse: the
+ * copy included here renames its external functions, so that only its static expand() is used
+ * from it and the two copies do not collide at link time. */
+#define hal_trace_now_ns       fuzz_copy_hal_trace_now_ns
+#define hal_trace_tid          fuzz_copy_hal_trace_tid
+#define hal_trace_pid          fuzz_copy_hal_trace_pid
+#define hal_trace_file_acquire fuzz_copy_hal_trace_file_acquire
+#define hal_trace_file_release fuzz_copy_hal_trace_file_release
+#define hal_trace_file_emit    fuzz_copy_hal_trace_file_emit
+#define hal_trace_file_flush   fuzz_copy_hal_trace_file_flush
+#define hal_trace_file_dropped fuzz_copy_hal_trace_file_dropped
+#define hal_trace_file_path    fuzz_copy_hal_trace_file_path
 #include "hal/layers/trace_file.c"
 
 #include "hal/layers/layer.h"

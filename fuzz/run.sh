@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs fuzz targets (built by fuzz/fuzz.mk) one after the other and prints, per target, the
+# Runs fuzz targets (built by `make fuzz-build`, fuzz/BUILD) one after the other and prints, per target, the
 # executions, the crashes and the coverage libFuzzer reached; exits 1 if any target crashed.
 #
 #   fuzz/run.sh [--out DIR] [--seconds S] [--runs N] TARGET...

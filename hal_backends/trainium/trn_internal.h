@@ -23,7 +23,7 @@
 #include <time.h>
 
 #include "hal/hal_backend_abi.h"
-#include "hal_backends/trainium/nrt_api.h"
+#include "hal_backends/trainium/nrt/nrt_abi.h"
 
 /* ---- constants ----------------------------------------------------------------------------- */
 
@@ -66,8 +66,8 @@ typedef struct trn_nrt {
     nrt_init_fn *init;
     nrt_close_fn *close;
     nrt_get_instance_info_fn *get_instance_info;
-    nrt_get_vnc_count_fn *get_visible_vnc_count;
-    nrt_get_vnc_count_fn *get_total_vnc_count;
+    nrt_get_visible_vnc_count_fn *get_visible_vnc_count;
+    nrt_get_total_vnc_count_fn *get_total_vnc_count;
     nrt_get_vnc_memory_stats_fn *get_vnc_memory_stats;
     nrt_tensor_allocate_fn *tensor_allocate;
     nrt_tensor_allocate_slice_fn *tensor_allocate_slice;

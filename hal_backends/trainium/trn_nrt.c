@@ -20,27 +20,31 @@ typedef struct trn_nrt_symbol {
     size_t offset; /* of the function pointer in trn_nrt_t */
 } trn_nrt_symbol_t;
 
-#define TRN_SYM(field, symbol)             \
-    {                                      \
-        symbol, offsetof(trn_nrt_t, field) \
+/* The entry resolving `symbol` into `field`. The field must point to the symbol's function type
+ * from nrt_abi.h (symbol##_fn): the unevaluated comparison of the two pointer types does not
+ * compile when they differ (distinct pointer types, an error with -Werror). */
+#define TRN_SYM(field, symbol)                                                                     \
+    {                                                                                              \
+        .name = #symbol, .offset = offsetof(trn_nrt_t, field) +                                    \
+                                   0 * sizeof(&((trn_nrt_t *)NULL)->field == (symbol##_fn **)NULL) \
     }
 
 static const trn_nrt_symbol_t trn_nrt_symbols[] = {
-    TRN_SYM(get_status_as_str, "nrt_get_status_as_str"),
-    TRN_SYM(init, "nrt_init"),
-    TRN_SYM(close, "nrt_close"),
-    TRN_SYM(get_instance_info, "nrt_get_instance_info"),
-    TRN_SYM(get_visible_vnc_count, "nrt_get_visible_vnc_count"),
-    TRN_SYM(get_total_vnc_count, "nrt_get_total_vnc_count"),
-    TRN_SYM(get_vnc_memory_stats, "nrt_get_vnc_memory_stats"),
-    TRN_SYM(tensor_allocate, "nrt_tensor_allocate"),
-    TRN_SYM(tensor_allocate_slice, "nrt_tensor_allocate_slice"),
-    TRN_SYM(tensor_free, "nrt_tensor_free"),
-    TRN_SYM(tensor_get_va, "nrt_tensor_get_va"),
-    TRN_SYM(tensor_read, "nrt_tensor_read"),
-    TRN_SYM(tensor_write, "nrt_tensor_write"),
-    TRN_SYM(tensor_copy, "nrt_tensor_copy"),
-    TRN_SYM(tensor_memset, "nrt_tensor_memset"),
+    TRN_SYM(get_status_as_str, nrt_get_status_as_str),
+    TRN_SYM(init, nrt_init),
+    TRN_SYM(close, nrt_close),
+    TRN_SYM(get_instance_info, nrt_get_instance_info),
+    TRN_SYM(get_visible_vnc_count, nrt_get_visible_vnc_count),
+    TRN_SYM(get_total_vnc_count, nrt_get_total_vnc_count),
+    TRN_SYM(get_vnc_memory_stats, nrt_get_vnc_memory_stats),
+    TRN_SYM(tensor_allocate, nrt_tensor_allocate),
+    TRN_SYM(tensor_allocate_slice, nrt_tensor_allocate_slice),
+    TRN_SYM(tensor_free, nrt_tensor_free),
+    TRN_SYM(tensor_get_va, nrt_tensor_get_va),
+    TRN_SYM(tensor_read, nrt_tensor_read),
+    TRN_SYM(tensor_write, nrt_tensor_write),
+    TRN_SYM(tensor_copy, nrt_tensor_copy),
+    TRN_SYM(tensor_memset, nrt_tensor_memset),
 };
 
 #define TRN_NRT_SYMBOL_COUNT (sizeof(trn_nrt_symbols) / sizeof(trn_nrt_symbols[0]))
@@ -96,7 +100,7 @@ static hal_status_t resolve_symbols(trn_nrt_t *nrt, char *msg, size_t msg_size)
         return HAL_OK;
     snprintf(msg, msg_size,
              "libnrt.so.1 at %s lacks %s (%u of the %zu functions the backend needs; it was "
-             "written against libnrt " TRN_NRT_PINNED_LIBNRT " of Neuron SDK " TRN_NRT_PINNED_SDK
+             "written against libnrt " NRT_ABI_LIBNRT_VERSION " of Neuron SDK " NRT_ABI_SDK_VERSION
              ")",
              nrt->path, missing, count, TRN_NRT_SYMBOL_COUNT);
     return HAL_ERROR_NOT_FOUND;

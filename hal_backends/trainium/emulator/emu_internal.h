@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "hal_backends/trainium/emulator/nrt_abi.h"
+#include "hal_backends/trainium/nrt/nrt_abi.h"
 
 #define NRT_EMU_EXPORT __attribute__((visibility("default")))
 
@@ -28,8 +28,8 @@
 #define EMU_NRT_MINOR       30
 #define EMU_NRT_PATCH       50
 #define EMU_NRT_MAINTENANCE 0
-#define EMU_NRT_VERSION_STR "2.30.50.0"
-#define EMU_SDK_VERSION_STR "2.28.0"
+#define EMU_NRT_VERSION_STR NRT_ABI_LIBNRT_VERSION
+#define EMU_SDK_VERSION_STR NRT_ABI_SDK_VERSION
 
 #define EMU_PAGE_SIZE          ((size_t)4096)    /* device allocation granularity */
 #define EMU_HOST_PLACEMENT_MAX ((size_t)4 << 20) /* NRT_TENSOR_PLACEMENT_HOST limit (4 MB) */

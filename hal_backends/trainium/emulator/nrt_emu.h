@@ -4,7 +4,7 @@
 #ifndef HAL_BACKENDS_TRAINIUM_EMULATOR_NRT_EMU_H
 #define HAL_BACKENDS_TRAINIUM_EMULATOR_NRT_EMU_H
 
-#include "hal_backends/trainium/emulator/nrt_abi.h"
+#include "hal_backends/trainium/nrt/nrt_abi.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -15,7 +15,8 @@ extern "C" {
  * Callable at any time, from any thread.
  * Returns NRT_SUCCESS, or NRT_INVALID for a malformed spec (which changes nothing and is
  * reported on stderr). */
-NRT_STATUS nrt_emu_set_fault(const char *spec);
+typedef NRT_STATUS nrt_emu_set_fault_fn(const char *spec);
+nrt_emu_set_fault_fn nrt_emu_set_fault;
 
 #ifdef __cplusplus
 }

@@ -12,43 +12,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "hal_backends/trainium/emulator/nrt_abi.h"
+#include "hal_backends/trainium/emulator/nrt_emu.h"
+#include "hal_backends/trainium/nrt/nrt_abi.h"
 
-/* The signatures, as the backend declares them. */
-typedef NRT_STATUS nrt_init_fn(nrt_framework_type_t framework, const char *fw_version,
-                               const char *fal_version);
-typedef void nrt_close_fn(void);
-typedef NRT_STATUS nrt_get_version_fn(nrt_version_t *ver, size_t size);
-typedef const char *nrt_get_status_as_str_fn(NRT_STATUS status);
-typedef NRT_STATUS nrt_get_instance_info_fn(nrt_instance_info_t *info, size_t len);
-typedef NRT_STATUS nrt_count_fn(uint32_t *count);
-typedef NRT_STATUS nrt_tensor_allocate_fn(nrt_tensor_placement_t placement, int vnc, size_t size,
-                                          const char *name, nrt_tensor_t **tensor);
-typedef void nrt_tensor_free_fn(nrt_tensor_t **tensor);
-typedef NRT_STATUS nrt_tensor_read_fn(const nrt_tensor_t *tensor, void *buf, size_t offset,
-                                      size_t size);
-typedef NRT_STATUS nrt_tensor_write_fn(nrt_tensor_t *tensor, const void *buf, size_t offset,
-                                       size_t size);
-typedef NRT_STATUS nrt_tensor_batch_fn(const nrt_tensor_batch_t *batches, uint64_t num_batches,
-                                       bool unsafe);
-typedef NRT_STATUS nrt_tensor_copy_fn(const nrt_tensor_t *src, size_t src_offset, nrt_tensor_t *dst,
-                                      size_t dst_offset, size_t size);
-typedef size_t nrt_tensor_get_size_fn(const nrt_tensor_t *tensor);
-typedef NRT_STATUS nrt_tensor_memset_fn(nrt_tensor_t *tensor, uint64_t offset, int value,
-                                        size_t size);
-typedef NRT_STATUS nrt_tensor_allocate_empty_fn(const char *name, nrt_tensor_t **tensor);
-typedef NRT_STATUS nrt_tensor_attach_buffer_fn(nrt_tensor_t *tensor, void *buffer, size_t size);
-typedef NRT_STATUS nrt_tensor_allocate_slice_fn(const nrt_tensor_t *source, size_t offset,
-                                                size_t size, const char *name,
-                                                nrt_tensor_t **slice);
-typedef void *nrt_tensor_get_va_fn(const nrt_tensor_t *tensor);
-typedef NRT_STATUS
-nrt_tensor_get_device_allocation_info_fn(const nrt_tensor_t *tensor,
-                                         nrt_tensor_device_allocation_info_t *info);
-typedef NRT_STATUS nrt_get_vnc_memory_stats_fn(uint32_t vnc, nrt_vnc_memory_stats_t *stats,
-                                               size_t stats_size_in, size_t *stats_size_out);
-typedef NRT_STATUS nrt_emu_set_fault_fn(const char *spec);
-
+/* The library's functions, with the types nrt_abi.h gives them (as the backend uses them). */
 typedef struct nrt_api {
     void *handle;
     nrt_init_fn *init;
@@ -56,16 +23,16 @@ typedef struct nrt_api {
     nrt_get_version_fn *get_version;
     nrt_get_status_as_str_fn *get_status_as_str;
     nrt_get_instance_info_fn *get_instance_info;
-    nrt_count_fn *get_total_nc_count;
-    nrt_count_fn *get_total_vnc_count;
-    nrt_count_fn *get_visible_nc_count;
-    nrt_count_fn *get_visible_vnc_count;
+    nrt_get_total_nc_count_fn *get_total_nc_count;
+    nrt_get_total_vnc_count_fn *get_total_vnc_count;
+    nrt_get_visible_nc_count_fn *get_visible_nc_count;
+    nrt_get_visible_vnc_count_fn *get_visible_vnc_count;
     nrt_tensor_allocate_fn *tensor_allocate;
     nrt_tensor_free_fn *tensor_free;
     nrt_tensor_read_fn *tensor_read;
     nrt_tensor_write_fn *tensor_write;
-    nrt_tensor_batch_fn *tensor_read_batch;
-    nrt_tensor_batch_fn *tensor_write_batch;
+    nrt_tensor_read_batch_fn *tensor_read_batch;
+    nrt_tensor_write_batch_fn *tensor_write_batch;
     nrt_tensor_copy_fn *tensor_copy;
     nrt_tensor_get_size_fn *tensor_get_size;
     nrt_tensor_memset_fn *tensor_memset;

@@ -1,21 +1,28 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The libnrt C ABI subset that the libnrt emulator implements, written from AWS Neuron's public
- * documentation (not copied from, and not requiring, the Neuron headers).
+/* The AWS Neuron runtime's C ABI (libnrt.so.1) as this project uses it: its one declaration,
+ * shared by the Trainium backend, which loads the library with dlopen and calls it through
+ * pointers of the function types below, and by the libnrt emulator, which defines the functions
+ * and is checked against these types at compile time (NRT_ABI_DECLARE_FUNCTIONS below). Written
+ * from AWS Neuron's public documentation; it neither copies nor needs the Neuron headers.
  *
  * Pinned version: Neuron SDK 2.28.0, libnrt 2.30.50.0 (the public headers nrt/nrt.h and
- * nrt/nrt_status.h of the aws-neuron-sdk repository at its "Neuron SDK Release 2.28.0" commit,
- * nrt/nrt_version.h and ndl/neuron_driver_shared_tensor_batch_op.h as shipped with it).
+ * nrt/nrt_status.h of the aws-neuron-sdk repository at its "Neuron SDK Release 2.28.0" commit
+ * 86a92868; nrt/nrt_version.h and ndl/neuron_driver_shared_tensor_batch_op.h as of a232445a,
+ * not changed by that release).
  *
  * Everything here keeps the documented names, numeric values, argument order and struct layout,
  * so a program built against the real headers can load the emulator in place of libnrt.so.1 and
- * the other way round. Only the types and functions that the emulator provides are declared;
- * the emulator's own extensions live in nrt_emu.h and are not part of libnrt.
+ * the other way round. Layout rules taken from the headers: enums are int-sized; existing
+ * enumerators never change value (new ones are appended); versioned structs only grow at the end
+ * and are passed together with their size; so later runtimes stay compatible with these
+ * declarations. Only the types and functions the emulator provides are declared (the backend
+ * uses a subset); the emulator's own extensions live in emulator/nrt_emu.h and are not libnrt's.
  *
- * Layout rules taken from the headers: enums are int-sized; existing enumerators never change
- * value (new ones are appended); versioned structs only grow at the end and are passed together
- * with their size. */
-#ifndef HAL_BACKENDS_TRAINIUM_EMULATOR_NRT_ABI_H
-#define HAL_BACKENDS_TRAINIUM_EMULATOR_NRT_ABI_H
+ * Types only, plus one function type per function (nrt_<name>_fn): unless
+ * NRT_ABI_DECLARE_FUNCTIONS is defined, nothing here names a symbol the linker would have to
+ * find. */
+#ifndef HAL_BACKENDS_TRAINIUM_NRT_NRT_ABI_H
+#define HAL_BACKENDS_TRAINIUM_NRT_NRT_ABI_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -24,6 +31,10 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The libnrt release these declarations follow. */
+#define NRT_ABI_SDK_VERSION    "2.28.0"
+#define NRT_ABI_LIBNRT_VERSION "2.30.50.0"
 
 /* Runtime API version (nrt.h). */
 #define NRT_MAJOR_VERSION 2
@@ -213,6 +224,7 @@ typedef struct nrt_vnc_memory_stats {
 #endif
 NRT_ABI_STATIC_ASSERT(sizeof(NRT_STATUS) == 4, "NRT_STATUS is int-sized");
 NRT_ABI_STATIC_ASSERT(sizeof(nrt_tensor_placement_t) == 4, "enums are int-sized");
+NRT_ABI_STATIC_ASSERT(sizeof(nrt_framework_type_t) == 4, "enums are int-sized");
 NRT_ABI_STATIC_ASSERT(sizeof(nrt_instance_info_t) == 32, "nrt_instance_info_t layout");
 NRT_ABI_STATIC_ASSERT(sizeof(nrt_version_t) == 224, "nrt_version_t layout");
 NRT_ABI_STATIC_ASSERT(sizeof(nrt_tensor_batch_op_t) == 24, "nrt_tensor_batch_op_t layout");
@@ -223,91 +235,129 @@ NRT_ABI_STATIC_ASSERT(sizeof(nrt_vnc_memory_stats_t) == 16, "nrt_vnc_memory_stat
 #undef NRT_ABI_STATIC_ASSERT
 #endif
 
-/* ---- Functions ----
+/* ---- Functions, as function types: nrt_<name>_fn is the type of nrt_<name> ----
  * Outside nrt_init()..nrt_close() the functions that need the runtime return NRT_UNINITIALIZED
  * (before the first nrt_init) or NRT_CLOSED (after nrt_close); the ones marked "any time" do
  * not need it. Core indices (vnc) are logical NeuronCores relative to the process's visible
- * set: with NEURON_RT_VISIBLE_CORES=3-4 the cores are 0 and 1. */
+ * set: with NEURON_RT_VISIBLE_CORES=3-4 the cores are 0 and 1. Calls block until their work is
+ * done. */
 
 /* Status name, e.g. "NRT_INVALID" (nrt_status.h). Any time. */
-const char *nrt_get_status_as_str(NRT_STATUS status);
+typedef const char *nrt_get_status_as_str_fn(NRT_STATUS status);
 
 /* Library version; pass sizeof(nrt_version_t) (nrt_version.h). Any time. */
-NRT_STATUS nrt_get_version(nrt_version_t *ver, size_t size);
+typedef NRT_STATUS nrt_get_version_fn(nrt_version_t *ver, size_t size);
 
 /* Initialise the runtime and take the visible NeuronCores exclusively for this process. */
-NRT_STATUS nrt_init(nrt_framework_type_t framework, const char *fw_version,
-                    const char *fal_version);
+typedef NRT_STATUS nrt_init_fn(nrt_framework_type_t framework, const char *fw_version,
+                               const char *fal_version);
 
 /* Release the cores and all runtime state; most calls fail with NRT_CLOSED afterwards. */
-void nrt_close(void);
+typedef void nrt_close_fn(void);
 
 /* Instance family and size; pass sizeof(nrt_instance_info_t). */
-NRT_STATUS nrt_get_instance_info(nrt_instance_info_t *info, size_t instance_info_len);
+typedef NRT_STATUS nrt_get_instance_info_fn(nrt_instance_info_t *info, size_t instance_info_len);
 
 /* Logical cores on the instance, ignoring NEURON_RT_NUM_CORES / _VISIBLE_CORES. Any time.
  * nrt_get_total_nc_count is the deprecated name. */
-NRT_STATUS nrt_get_total_nc_count(uint32_t *vnc_count);
-NRT_STATUS nrt_get_total_vnc_count(uint32_t *vnc_count);
+typedef NRT_STATUS nrt_get_total_nc_count_fn(uint32_t *vnc_count);
+typedef NRT_STATUS nrt_get_total_vnc_count_fn(uint32_t *vnc_count);
 
 /* Logical cores visible to the process. Any time. nrt_get_visible_nc_count is deprecated. */
-NRT_STATUS nrt_get_visible_nc_count(uint32_t *vnc_count);
-NRT_STATUS nrt_get_visible_vnc_count(uint32_t *vnc_count);
+typedef NRT_STATUS nrt_get_visible_nc_count_fn(uint32_t *vnc_count);
+typedef NRT_STATUS nrt_get_visible_vnc_count_fn(uint32_t *vnc_count);
 
 /* Allocate a tensor on core vnc (device), or in host memory (pass -1 as vnc). name is
  * optional. */
-NRT_STATUS nrt_tensor_allocate(nrt_tensor_placement_t tensor_placement, int vnc, size_t size,
-                               const char *name, nrt_tensor_t **tensor);
+typedef NRT_STATUS nrt_tensor_allocate_fn(nrt_tensor_placement_t tensor_placement, int vnc,
+                                          size_t size, const char *name, nrt_tensor_t **tensor);
 
 /* Free a tensor and set *tensor to NULL. */
-void nrt_tensor_free(nrt_tensor_t **tensor);
+typedef void nrt_tensor_free_fn(nrt_tensor_t **tensor);
 
 /* Copy size bytes at offset of the tensor to buf (read) or from buf (write). */
-NRT_STATUS nrt_tensor_read(const nrt_tensor_t *tensor, void *buf, size_t offset, size_t size);
-NRT_STATUS nrt_tensor_write(nrt_tensor_t *tensor, const void *buf, size_t offset, size_t size);
+typedef NRT_STATUS nrt_tensor_read_fn(const nrt_tensor_t *tensor, void *buf, size_t offset,
+                                      size_t size);
+typedef NRT_STATUS nrt_tensor_write_fn(nrt_tensor_t *tensor, const void *buf, size_t offset,
+                                       size_t size);
 
 /* Batched reads/writes over several tensors; unsafe skips tensor tracking. */
-NRT_STATUS nrt_tensor_read_batch(const nrt_tensor_batch_t *batches, uint64_t num_batches,
-                                 bool unsafe);
-NRT_STATUS nrt_tensor_write_batch(const nrt_tensor_batch_t *batches, uint64_t num_batches,
-                                  bool unsafe);
+typedef NRT_STATUS nrt_tensor_read_batch_fn(const nrt_tensor_batch_t *batches, uint64_t num_batches,
+                                            bool unsafe);
+typedef NRT_STATUS nrt_tensor_write_batch_fn(const nrt_tensor_batch_t *batches,
+                                             uint64_t num_batches, bool unsafe);
 
 /* Copy between tensors. Two device tensors must be on the same NeuronCore (else
  * NRT_INVALID). */
-NRT_STATUS nrt_tensor_copy(const nrt_tensor_t *src, size_t src_offset, nrt_tensor_t *dst,
-                           size_t dst_offset, size_t size);
+typedef NRT_STATUS nrt_tensor_copy_fn(const nrt_tensor_t *src, size_t src_offset, nrt_tensor_t *dst,
+                                      size_t dst_offset, size_t size);
 
 /* Size of the tensor in bytes. */
-size_t nrt_tensor_get_size(const nrt_tensor_t *tensor);
+typedef size_t nrt_tensor_get_size_fn(const nrt_tensor_t *tensor);
 
-/* Set size bytes at offset to value. */
-NRT_STATUS nrt_tensor_memset(nrt_tensor_t *tensor, uint64_t offset, int value, size_t size);
+/* Set size bytes at offset to (unsigned char)value. */
+typedef NRT_STATUS nrt_tensor_memset_fn(nrt_tensor_t *tensor, uint64_t offset, int value,
+                                        size_t size);
 
 /* A tensor without storage. */
-NRT_STATUS nrt_tensor_allocate_empty(const char *name, nrt_tensor_t **tensor);
+typedef NRT_STATUS nrt_tensor_allocate_empty_fn(const char *name, nrt_tensor_t **tensor);
 
 /* Use a caller-owned buffer as the tensor's storage (placement becomes VIRTUAL); the old
  * storage is released; nrt_tensor_free does not free the buffer. */
-NRT_STATUS nrt_tensor_attach_buffer(nrt_tensor_t *tensor, void *buffer, size_t size);
+typedef NRT_STATUS nrt_tensor_attach_buffer_fn(nrt_tensor_t *tensor, void *buffer, size_t size);
 
 /* A tensor viewing [offset, offset + size) of another one's storage (reference counted). */
-NRT_STATUS nrt_tensor_allocate_slice(const nrt_tensor_t *tensor_source, size_t offset, size_t size,
-                                     const char *name, nrt_tensor_t **tensor_slice);
+typedef NRT_STATUS nrt_tensor_allocate_slice_fn(const nrt_tensor_t *tensor_source, size_t offset,
+                                                size_t size, const char *name,
+                                                nrt_tensor_t **tensor_slice);
 
 /* Virtual address of the tensor's memory, NULL on failure. For a device tensor it is a device
  * address the host must not dereference. */
-void *nrt_tensor_get_va(const nrt_tensor_t *tensor);
+typedef void *nrt_tensor_get_va_fn(const nrt_tensor_t *tensor);
 
 /* Device allocation behind a device tensor. */
-NRT_STATUS nrt_tensor_get_device_allocation_info(const nrt_tensor_t *tensor,
-                                                 nrt_tensor_device_allocation_info_t *alloc_info);
+typedef NRT_STATUS
+nrt_tensor_get_device_allocation_info_fn(const nrt_tensor_t *tensor,
+                                         nrt_tensor_device_allocation_info_t *alloc_info);
 
 /* Device memory use and limit of core vnc. */
-NRT_STATUS nrt_get_vnc_memory_stats(uint32_t vnc, nrt_vnc_memory_stats_t *stats,
-                                    size_t stats_size_in, size_t *stats_size_out);
+typedef NRT_STATUS nrt_get_vnc_memory_stats_fn(uint32_t vnc, nrt_vnc_memory_stats_t *stats,
+                                               size_t stats_size_in, size_t *stats_size_out);
+
+/* ---- The functions themselves, for the code that defines them ----
+ * Each is declared with its type above, so a definition whose signature drifts from the ABI is a
+ * compile error (conflicting types). Only a libnrt implementation (the emulator) defines
+ * NRT_ABI_DECLARE_FUNCTIONS; in code that loads libnrt with dlopen (the backend) a direct call
+ * has no declaration and does not compile, instead of making libnrt a link-time dependency. */
+#ifdef NRT_ABI_DECLARE_FUNCTIONS
+nrt_get_status_as_str_fn nrt_get_status_as_str;
+nrt_get_version_fn nrt_get_version;
+nrt_init_fn nrt_init;
+nrt_close_fn nrt_close;
+nrt_get_instance_info_fn nrt_get_instance_info;
+nrt_get_total_nc_count_fn nrt_get_total_nc_count;
+nrt_get_total_vnc_count_fn nrt_get_total_vnc_count;
+nrt_get_visible_nc_count_fn nrt_get_visible_nc_count;
+nrt_get_visible_vnc_count_fn nrt_get_visible_vnc_count;
+nrt_tensor_allocate_fn nrt_tensor_allocate;
+nrt_tensor_free_fn nrt_tensor_free;
+nrt_tensor_read_fn nrt_tensor_read;
+nrt_tensor_write_fn nrt_tensor_write;
+nrt_tensor_read_batch_fn nrt_tensor_read_batch;
+nrt_tensor_write_batch_fn nrt_tensor_write_batch;
+nrt_tensor_copy_fn nrt_tensor_copy;
+nrt_tensor_get_size_fn nrt_tensor_get_size;
+nrt_tensor_memset_fn nrt_tensor_memset;
+nrt_tensor_allocate_empty_fn nrt_tensor_allocate_empty;
+nrt_tensor_attach_buffer_fn nrt_tensor_attach_buffer;
+nrt_tensor_allocate_slice_fn nrt_tensor_allocate_slice;
+nrt_tensor_get_va_fn nrt_tensor_get_va;
+nrt_tensor_get_device_allocation_info_fn nrt_tensor_get_device_allocation_info;
+nrt_get_vnc_memory_stats_fn nrt_get_vnc_memory_stats;
+#endif
 
 #ifdef __cplusplus
 }
 #endif
 
-#endif /* HAL_BACKENDS_TRAINIUM_EMULATOR_NRT_ABI_H */
+#endif /* HAL_BACKENDS_TRAINIUM_NRT_NRT_ABI_H */
