@@ -45,13 +45,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         hal_status_t st = hal_layers_parse(text, &list);
         if (st == HAL_OK) {
             CHECK(len < 256);
-            CHECK(list.count <= 2);
+            CHECK(list.count <= 3);
+            bool validation = false;
             for (uint32_t i = 0; i < list.count; i++) {
-                CHECK(list.layers[i] == &hal_trace_layer || list.layers[i] == &hal_faults_layer);
+                CHECK(list.layers[i] == &hal_validation_layer ||
+                      list.layers[i] == &hal_trace_layer || list.layers[i] == &hal_faults_layer);
+                validation |= list.layers[i] == &hal_validation_layer;
                 for (uint32_t j = 0; j < i; j++)
                     CHECK(list.layers[i] != list.layers[j]);
             }
-            CHECK(list.validation == (strstr(text, "validation") != NULL));
+            CHECK(validation == (strstr(text, "validation") != NULL));
+            CHECK(hal_layers_keep_handles(&list) == validation);
         } else {
             CHECK(st == HAL_ERROR_INVALID_ARGUMENT);
             CHECK(strstr(hal_last_error_message(), "HAL_LAYERS") != NULL);
