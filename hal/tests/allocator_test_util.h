@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Helpers shared by the caching allocator tests: checks that jump to a cleanup label (so that a
- * failing test still opens its gates and frees what it holds), a host-callback gate that keeps
+/* Helpers shared by the caching allocator tests: a check that jumps to a cleanup label (so that a
+ * failing test still opens its gates and frees what it holds; statuses: CHECK_*_GOTO of
+ * tools/ctest/ctest_status.h), a host-callback gate that keeps
  * a stream busy, and statistics snapshots. */
 #ifndef HAL_TESTS_ALLOCATOR_TEST_UTIL_H
 #define HAL_TESTS_ALLOCATOR_TEST_UTIL_H
@@ -11,36 +12,14 @@
 
 #include "hal/hal.h"
 #include "tools/ctest/ctest.h"
+#include "tools/ctest/ctest_status.h"
 
-/* Each test body declares `int rc = CTEST_FAIL;` and ends with an `out:` cleanup label. */
-#define T_CHECK(cond)                                                                \
-    do {                                                                             \
-        if (!(cond)) {                                                               \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-            goto out;                                                                \
-        }                                                                            \
-    } while (0)
-
-#define T_STATUS(call, expected)                                                                   \
-    do {                                                                                           \
-        hal_status_t st_ = (call);                                                                 \
-        if (st_ != (expected)) {                                                                   \
-            fprintf(stderr, "%s:%d: %s returned %s, expected %s: %s\n", __FILE__, __LINE__, #call, \
-                    hal_status_string(st_), hal_status_string(expected),                           \
-                    hal_last_error_message());                                                     \
-            goto out;                                                                              \
-        }                                                                                          \
-    } while (0)
-
-#define T_OK(call) T_STATUS(call, HAL_OK)
-
-#define T_MESSAGE(fragment)                                                             \
-    do {                                                                                \
-        if (strstr(hal_last_error_message(), (fragment)) == NULL) {                     \
-            fprintf(stderr, "%s:%d: message \"%s\" lacks \"%s\"\n", __FILE__, __LINE__, \
-                    hal_last_error_message(), (fragment));                              \
-            goto out;                                                                   \
-        }                                                                               \
+/* Each test body declares `int rc = CTEST_FAIL;` and ends with an `out:` cleanup label, where
+ * T_CHECK (conditions) and CHECK_*_GOTO(..., out) (statuses) jump on a failure. */
+#define T_CHECK(cond)            \
+    do {                         \
+        if (!CTEST_EXPECT(cond)) \
+            goto out;            \
     } while (0)
 
 #define KiB ((size_t)1 << 10)

@@ -31,36 +31,37 @@ CTEST(caching_allocator_oom, releases_the_cache_and_retries)
     hal_allocator_t a = NULL;
     hal_stream_t s1 = NULL;
     void *small = NULL, *mid = NULL, *big = NULL, *extra = (void *)1, *again = NULL;
-    T_OK(open_small_device(&backend, &dev));
-    T_OK(hal_stream_create(dev, 0, &s1));
-    T_OK(hal_allocator_create(dev, NULL, &a));
+    CHECK_OK_GOTO(open_small_device(&backend, &dev), out);
+    CHECK_OK_GOTO(hal_stream_create(dev, 0, &s1), out);
+    CHECK_OK_GOTO(hal_allocator_create(dev, NULL, &a), out);
 
     /* Cache a small segment on the default stream and a large one freed on s1 but still used
      * by the default stream (record_stream), then ask for all of the device. */
-    T_OK(hal_allocator_alloc(a, 512 * KiB, NULL, &small));
-    T_OK(hal_allocator_free(a, small));
+    CHECK_OK_GOTO(hal_allocator_alloc(a, 512 * KiB, NULL, &small), out);
+    CHECK_OK_GOTO(hal_allocator_free(a, small), out);
     small = NULL;
-    T_OK(hal_allocator_alloc(a, 3 * MiB, s1, &mid));
+    CHECK_OK_GOTO(hal_allocator_alloc(a, 3 * MiB, s1, &mid), out);
     hal_stream_t default_stream;
-    T_OK(hal_device_get_default_stream(dev, &default_stream));
-    T_OK(hal_allocator_record_stream(a, mid, default_stream));
-    T_OK(hal_allocator_free(a, mid));
+    CHECK_OK_GOTO(hal_device_get_default_stream(dev, &default_stream), out);
+    CHECK_OK_GOTO(hal_allocator_record_stream(a, mid, default_stream), out);
+    CHECK_OK_GOTO(hal_allocator_free(a, mid), out);
     mid = NULL;
     hal_allocator_stats_t s = stats_of(a);
     T_CHECK(s.reserved_bytes == 6 * MiB && s.cached_bytes == 6 * MiB);
 
-    T_OK(hal_allocator_alloc(a, 7 * MiB, NULL, &big));
+    CHECK_OK_GOTO(hal_allocator_alloc(a, 7 * MiB, NULL, &big), out);
     s = stats_of(a);
     T_CHECK(s.reserved_bytes == 8 * MiB && s.segment_free_count == 2 && s.oom_count == 0);
     T_CHECK(s.segment_alloc_count == 3 && s.cached_bytes == 0);
 
     /* Nothing left to release: a clean failure with the figures in the message. */
-    T_STATUS(hal_allocator_alloc(a, 1 * MiB, s1, &extra), HAL_ERROR_OUT_OF_DEVICE_MEMORY);
+    CHECK_STATUS_GOTO(hal_allocator_alloc(a, 1 * MiB, s1, &extra), HAL_ERROR_OUT_OF_DEVICE_MEMORY,
+                      out);
     T_CHECK(extra == NULL);
-    T_MESSAGE("cpu: hal_allocator_alloc: out of device memory");
-    T_MESSAGE("requested 1048576 bytes");
-    T_MESSAGE("8388608 bytes allocated and 8388608 reserved");
-    T_MESSAGE("capacity exceeded"); /* the backend's own detail */
+    CHECK_MESSAGE_GOTO("cpu: hal_allocator_alloc: out of device memory", out);
+    CHECK_MESSAGE_GOTO("requested 1048576 bytes", out);
+    CHECK_MESSAGE_GOTO("8388608 bytes allocated and 8388608 reserved", out);
+    CHECK_MESSAGE_GOTO("capacity exceeded", out); /* the backend's own detail */
     s = stats_of(a);
     T_CHECK(s.oom_count == 1 && s.alloc_count == 3 && s.active_blocks == 1);
     T_CHECK(s.reserved_bytes == 8 * MiB);
@@ -68,16 +69,16 @@ CTEST(caching_allocator_oom, releases_the_cache_and_retries)
     /* A block freed on the default stream serves s1 once its fence completes: at the latest
      * the out-of-memory path waits for it, instead of failing. */
     char *freed = big;
-    T_OK(hal_allocator_free(a, big));
+    CHECK_OK_GOTO(hal_allocator_free(a, big), out);
     big = NULL;
-    T_OK(hal_allocator_alloc(a, 7 * MiB, s1, &again));
+    CHECK_OK_GOTO(hal_allocator_alloc(a, 7 * MiB, s1, &again), out);
     T_CHECK((char *)again == freed);
     s = stats_of(a);
     T_CHECK(s.segment_alloc_count == 3 && s.oom_count == 1);
-    T_OK(hal_allocator_free(a, again));
+    CHECK_OK_GOTO(hal_allocator_free(a, again), out);
     again = NULL;
 
-    T_OK(hal_allocator_empty_cache(a));
+    CHECK_OK_GOTO(hal_allocator_empty_cache(a), out);
     s = stats_of(a);
     T_CHECK(s.reserved_bytes == 0 && s.peak_reserved_bytes == 8 * MiB);
     rc = CTEST_PASS;
@@ -102,23 +103,26 @@ CTEST(caching_allocator_oom, reports_the_kind_of_memory)
     hal_device_t dev = NULL;
     hal_allocator_t a = NULL, pinned = NULL;
     void *p = (void *)1;
-    T_OK(open_small_device(&backend, &dev));
-    T_OK(hal_allocator_create(dev, NULL, &a));
+    CHECK_OK_GOTO(open_small_device(&backend, &dev), out);
+    CHECK_OK_GOTO(hal_allocator_create(dev, NULL, &a), out);
     hal_allocator_config_t cfg = HAL_ALLOCATOR_CONFIG_INIT;
     cfg.kind = HAL_MEM_KIND_HOST_PINNED;
-    T_OK(hal_allocator_create(dev, &cfg, &pinned));
+    CHECK_OK_GOTO(hal_allocator_create(dev, &cfg, &pinned), out);
 
-    T_STATUS(hal_allocator_alloc(a, 64 * MiB, NULL, &p), HAL_ERROR_OUT_OF_DEVICE_MEMORY);
+    CHECK_STATUS_GOTO(hal_allocator_alloc(a, 64 * MiB, NULL, &p), HAL_ERROR_OUT_OF_DEVICE_MEMORY,
+                      out);
     T_CHECK(p == NULL);
-    T_STATUS(hal_allocator_alloc(a, SIZE_MAX, NULL, &p), HAL_ERROR_OUT_OF_DEVICE_MEMORY);
-    T_STATUS(hal_allocator_alloc(pinned, SIZE_MAX, NULL, &p), HAL_ERROR_OUT_OF_HOST_MEMORY);
-    T_MESSAGE("out of pinned host memory");
+    CHECK_STATUS_GOTO(hal_allocator_alloc(a, SIZE_MAX, NULL, &p), HAL_ERROR_OUT_OF_DEVICE_MEMORY,
+                      out);
+    CHECK_STATUS_GOTO(hal_allocator_alloc(pinned, SIZE_MAX, NULL, &p), HAL_ERROR_OUT_OF_HOST_MEMORY,
+                      out);
+    CHECK_MESSAGE_GOTO("out of pinned host memory", out);
     T_CHECK(stats_of(a).oom_count == 2 && stats_of(pinned).oom_count == 1);
     T_CHECK(stats_of(a).reserved_bytes == 0);
 
     /* Pinned memory does not count against the device's 8 MiB. */
-    T_OK(hal_allocator_alloc(pinned, 16 * MiB, NULL, &p));
-    T_OK(hal_allocator_free(pinned, p));
+    CHECK_OK_GOTO(hal_allocator_alloc(pinned, 16 * MiB, NULL, &p), out);
+    CHECK_OK_GOTO(hal_allocator_free(pinned, p), out);
     rc = CTEST_PASS;
 out:
     if (pinned != NULL)
@@ -181,8 +185,8 @@ CTEST(caching_allocator_oom, streams_destroyed_while_other_threads_fence_them)
     churn_t c[CHURN_THREADS];
     pthread_t t[CHURN_THREADS];
     int started = 0;
-    T_OK(open_small_device(&backend, &dev));
-    T_OK(hal_allocator_create(dev, NULL, &a));
+    CHECK_OK_GOTO(open_small_device(&backend, &dev), out);
+    CHECK_OK_GOTO(hal_allocator_create(dev, NULL, &a), out);
     for (; started < CHURN_THREADS; started++) {
         c[started] = (churn_t){ .dev = dev, .alloc = a, .id = started };
         T_CHECK(pthread_create(&t[started], NULL, churn_thread, &c[started]) == 0);
@@ -195,9 +199,9 @@ CTEST(caching_allocator_oom, streams_destroyed_while_other_threads_fence_them)
     hal_allocator_stats_t s = stats_of(a);
     T_CHECK(s.active_blocks == 0 && s.allocated_bytes == 0);
     /* Every pool of a destroyed stream gave its blocks back: all of it can be released. */
-    T_OK(hal_allocator_empty_cache(a));
+    CHECK_OK_GOTO(hal_allocator_empty_cache(a), out);
     T_CHECK(stats_of(a).reserved_bytes == 0);
-    T_OK(hal_allocator_destroy(a));
+    CHECK_OK_GOTO(hal_allocator_destroy(a), out);
     a = NULL;
     rc = CTEST_PASS;
 out:

@@ -112,6 +112,7 @@ def _cuda_gpu_test(name, src, env, linkopts = []):
             "//hal",
             "//tools/ctest",
             "//tools/ctest:ctest_host",
+            "//tools/ctest:ctest_status",
         ],
     )
 
@@ -154,6 +155,7 @@ def cuda_test_targets():
         deps = [
             "//hal",
             "//tools/ctest",
+            "//tools/ctest:ctest_status",
         ],
     )
 

@@ -24,6 +24,19 @@ void ctest_register(const char *suite, const char *name, ctest_fn fn, const char
 /* Reason of the last CTEST_SKIP, for the runner. */
 extern char ctest_skip_reason[256];
 
+/* Marks the running test failed without leaving it (the EXPECT_* macros of ctest_status.h): it
+ * fails even if its body returns CTEST_PASS. Thread safety: safe. */
+void ctest_record_failure(void);
+/* For the runner: the failures recorded since the last call, which resets the count. */
+int ctest_take_failures(void);
+/* Failures the running test recorded so far (for a test that stops early once one failed). */
+int ctest_failures_so_far(void);
+
+/* An expectation on a condition: prints it and records a failure when it is false, and returns
+ * whether it held; the test goes on. */
+int ctest_expect(int holds, const char *file, int line, const char *text);
+#define CTEST_EXPECT(cond) ctest_expect(!!(cond), __FILE__, __LINE__, #cond)
+
 #define CTEST(suite, name)                                                         \
     static int ctest_##suite##_##name(void);                                       \
     __attribute__((constructor)) static void ctest_register_##suite##_##name(void) \

@@ -14,10 +14,16 @@ class CTestCase : public testing::Test
     void TestBody() override
     {
         ctest_skip_reason[0] = '\0';
+        ctest_take_failures();
         int result = fn_();
-        if (result == CTEST_SKIP)
+        int recorded = ctest_take_failures();
+        EXPECT_EQ(0, recorded) << "the C test body's expectations failed (see stderr above)";
+        if (result == CTEST_SKIP && recorded == 0) {
             GTEST_SKIP() << ctest_skip_reason;
-        EXPECT_EQ(CTEST_PASS, result) << "the C test body reported a failure (see stderr above)";
+        } else if (result != CTEST_SKIP) {
+            EXPECT_EQ(CTEST_PASS, result)
+                << "the C test body reported a failure (see stderr above)";
+        }
     }
 
   private:

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Helpers shared by the layer tests: status checks, opening a backend under given layers, a
+/* Helpers shared by the layer tests: opening a backend under given layers, a
  * private temporary directory, and jobs of two ranks driven by one thread. */
 #ifndef HAL_LAYERS_TESTS_LAYER_TEST_UTIL_H
 #define HAL_LAYERS_TESTS_LAYER_TEST_UTIL_H
@@ -14,26 +14,7 @@
 
 #include "hal/hal.h"
 #include "tools/ctest/ctest.h"
-
-#define CHECK_STATUS(call, expected)                                                               \
-    do {                                                                                           \
-        hal_status_t st_ = (call);                                                                 \
-        if (st_ != (expected)) {                                                                   \
-            fprintf(stderr, "%s:%d: %s returned %s, expected %s: %s\n", __FILE__, __LINE__, #call, \
-                    hal_status_string(st_), hal_status_string(expected),                           \
-                    hal_last_error_message());                                                     \
-            return CTEST_FAIL;                                                                     \
-        }                                                                                          \
-    } while (0)
-
-#define CHECK_MESSAGE(fragment)                                                         \
-    do {                                                                                \
-        if (!strstr(hal_last_error_message(), (fragment))) {                            \
-            fprintf(stderr, "%s:%d: message \"%s\" lacks \"%s\"\n", __FILE__, __LINE__, \
-                    hal_last_error_message(), (fragment));                              \
-            return CTEST_FAIL;                                                          \
-        }                                                                               \
-    } while (0)
+#include "tools/ctest/ctest_status.h"
 
 /* Opens `backend` with HAL_LAYERS=layers and HAL_FAULTS=faults (NULL: unset); the variables are
  * restored to unset afterwards. */

@@ -6,19 +6,7 @@
 
 #include "hal/hal.h"
 #include "tools/ctest/ctest.h"
-
-#define CHECK_STATUS(call, expected)                                                               \
-    do {                                                                                           \
-        hal_status_t st_ = (call);                                                                 \
-        if (st_ != (expected)) {                                                                   \
-            fprintf(stderr, "%s:%d: %s returned %s, expected %s: %s\n", __FILE__, __LINE__, #call, \
-                    hal_status_string(st_), hal_status_string(expected),                           \
-                    hal_last_error_message());                                                     \
-            return CTEST_FAIL;                                                                     \
-        }                                                                                          \
-    } while (0)
-
-#define CHECK_MESSAGE(fragment) CTEST_CHECK(strstr(hal_last_error_message(), (fragment)) != NULL)
+#include "tools/ctest/ctest_status.h"
 
 static hal_status_t open_validated(hal_backend_t *b, hal_device_t *d)
 {

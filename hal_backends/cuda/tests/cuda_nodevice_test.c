@@ -11,28 +11,26 @@
 
 CTEST(CudaNoDevice, MissingRuntime)
 {
-    int ct_failed = 0;
     char saved[4096] = "";
     const char *cur = getenv("HAL_CUDA_LIBCUDART");
     if (cur != NULL)
         snprintf(saved, sizeof(saved), "%s", cur);
     setenv("HAL_CUDA_LIBCUDART", "/nonexistent/libcudart.so.13", 1);
     hal_backend_t b = NULL;
-    CT_EXPECT_STATUS(hal_backend_open("cuda", &b), HAL_ERROR_NOT_FOUND);
-    CT_EXPECT_MESSAGE("cuda: hal_backend_open");
-    CT_EXPECT_MESSAGE("/nonexistent/libcudart.so.13");
-    CT_EXPECT_MESSAGE("HAL_CUDA_LIBCUDART");
-    CT_EXPECT(b == NULL);
+    EXPECT_STATUS(hal_backend_open("cuda", &b), HAL_ERROR_NOT_FOUND);
+    EXPECT_MESSAGE("cuda: hal_backend_open");
+    EXPECT_MESSAGE("/nonexistent/libcudart.so.13");
+    EXPECT_MESSAGE("HAL_CUDA_LIBCUDART");
+    CTEST_EXPECT(b == NULL);
     if (saved[0] != '\0')
         setenv("HAL_CUDA_LIBCUDART", saved, 1);
     else
         unsetenv("HAL_CUDA_LIBCUDART");
-    CT_RESULT();
+    return CTEST_PASS;
 }
 
 CTEST(CudaNoDevice, RealRuntimeWithoutGpu)
 {
-    int ct_failed = 0;
     const char *real = getenv("CUDA_TEST_REAL_LIBCUDART");
     if (real == NULL || real[0] == '\0')
         CTEST_SKIP("CUDA_TEST_REAL_LIBCUDART is not set (no libcudart in the toolkit)");
@@ -47,14 +45,14 @@ CTEST(CudaNoDevice, RealRuntimeWithoutGpu)
     }
     fprintf(stderr, "hal_backend_open(\"cuda\") with %s: %s: %s\n", real, hal_status_string(st),
             hal_last_error_message());
-    CT_EXPECT(st == HAL_ERROR_NOT_FOUND || st == HAL_ERROR_DEVICE_LOST);
-    CT_EXPECT_MESSAGE("cudaGetDeviceCount returned cudaError");
-    CT_EXPECT(strstr(hal_last_error_message(), "cudaErrorInsufficientDriver") != NULL ||
-              strstr(hal_last_error_message(), "cudaErrorNoDevice") != NULL);
-    CT_EXPECT_MESSAGE("no usable NVIDIA GPU");
-    CT_EXPECT(b == NULL);
+    CTEST_EXPECT(st == HAL_ERROR_NOT_FOUND || st == HAL_ERROR_DEVICE_LOST);
+    EXPECT_MESSAGE("cudaGetDeviceCount returned cudaError");
+    CTEST_EXPECT(strstr(hal_last_error_message(), "cudaErrorInsufficientDriver") != NULL ||
+                 strstr(hal_last_error_message(), "cudaErrorNoDevice") != NULL);
+    EXPECT_MESSAGE("no usable NVIDIA GPU");
+    CTEST_EXPECT(b == NULL);
     /* The failure leaves nothing behind: the next attempt fails the same way. */
-    CT_EXPECT_STATUS(hal_backend_open("cuda", &b), st);
-    CT_EXPECT(b == NULL);
-    CT_RESULT();
+    EXPECT_STATUS(hal_backend_open("cuda", &b), st);
+    CTEST_EXPECT(b == NULL);
+    return CTEST_PASS;
 }

@@ -51,19 +51,18 @@ static void status_cb(hal_status_t status, void *user)
 
 CTEST(CudaSlots, HostFunctionFailureLatches)
 {
-    int ct_failed = 0;
     const hal_backend_ops_t *ops = load_ops();
     CTEST_CHECK(ops != NULL && ops->stream_launch_host_fn != NULL);
     void *backend = NULL, *dev = NULL, *s = NULL, *ev = NULL;
     CTEST_CHECK(ops->init(&ctest_host_services, &backend) == HAL_OK);
     CTEST_CHECK(ops->device_open(backend, 0, &dev) == HAL_OK);
-    CT_EXPECT_OK(ops->stream_create(dev, 0, &s));
-    CT_EXPECT_OK(ops->event_create(dev, HAL_EVENT_FLAG_NONE, &ev));
+    EXPECT_OK(ops->stream_create(dev, 0, &s));
+    EXPECT_OK(ops->event_create(dev, HAL_EVENT_FLAG_NONE, &ev));
     void *d = NULL, *dc = NULL, *p = NULL, *pc = NULL;
-    CT_EXPECT_OK(ops->mem_alloc(dev, HAL_MEM_KIND_DEVICE, 4096, 0, &d, &dc));
-    CT_EXPECT_OK(ops->mem_alloc(dev, HAL_MEM_KIND_HOST_PINNED, 4096, 0, &p, &pc));
-    if (ct_failed)
-        CT_RESULT();
+    EXPECT_OK(ops->mem_alloc(dev, HAL_MEM_KIND_DEVICE, 4096, 0, &d, &dc));
+    EXPECT_OK(ops->mem_alloc(dev, HAL_MEM_KIND_HOST_PINNED, 4096, 0, &p, &pc));
+    if (ctest_failures_so_far())
+        return CTEST_PASS;
     hal_backend_ptr_t bd = {
         .ptr = d, .kind = HAL_MEM_KIND_DEVICE, .device = dev, .base = d, .size = 4096, .cookie = dc
     };
@@ -74,92 +73,91 @@ CTEST(CudaSlots, HostFunctionFailureLatches)
                              .size = 4096,
                              .cookie = pc };
     memset(p, 0x44, 4096);
-    CT_EXPECT_OK(ops->memset_async(s, &bd, 0x77, 4096));
+    EXPECT_OK(ops->memset_async(s, &bd, 0x77, 4096));
     ct_gate_t g;
     ct_gate_init(&g);
-    CT_EXPECT_OK(ops->stream_launch_host_fn(s, failing_fn, &g));
+    EXPECT_OK(ops->stream_launch_host_fn(s, failing_fn, &g));
     /* Queued behind the function, as the HAL's staged collectives copy results back: skipped
      * once the function failed. */
-    CT_EXPECT_OK(ops->memcpy_async(s, &bp, &bd, 4096));
-    CT_EXPECT_OK(ops->event_record(ev, s));
-    CT_EXPECT_OK(ops->stream_add_callback(s, status_cb, NULL));
-    CT_EXPECT_STATUS(ops->stream_query(s), HAL_NOT_READY);
-    CT_EXPECT_STATUS(ops->event_query(ev), HAL_NOT_READY);
+    EXPECT_OK(ops->memcpy_async(s, &bp, &bd, 4096));
+    EXPECT_OK(ops->event_record(ev, s));
+    EXPECT_OK(ops->stream_add_callback(s, status_cb, NULL));
+    EXPECT_STATUS(ops->stream_query(s), HAL_NOT_READY);
+    EXPECT_STATUS(ops->event_query(ev), HAL_NOT_READY);
     ct_gate_open(&g);
-    CT_EXPECT_STATUS(ops->stream_synchronize(s), HAL_ERROR_REMOTE);
+    EXPECT_STATUS(ops->stream_synchronize(s), HAL_ERROR_REMOTE);
     const char *why = ctest_host_services.take_error();
-    CT_EXPECT(why != NULL && strstr(why, "peer 3 went away") != NULL);
-    CT_EXPECT(((unsigned char *)p)[0] == 0x44 && ((unsigned char *)p)[4095] == 0x44);
-    CT_EXPECT(seen_status == HAL_ERROR_REMOTE);
-    CT_EXPECT_STATUS(ops->event_query(ev), HAL_ERROR_REMOTE);
-    CT_EXPECT_STATUS(ops->event_synchronize(ev), HAL_ERROR_REMOTE);
-    CT_EXPECT_STATUS(ops->stream_query(s), HAL_ERROR_REMOTE);
-    CT_EXPECT_STATUS(ops->memcpy_async(s, &bp, &bd, 4096), HAL_ERROR_REMOTE);
-    CT_EXPECT_STATUS(ops->memset_async(s, &bd, 1, 16), HAL_ERROR_REMOTE);
+    CTEST_EXPECT(why != NULL && strstr(why, "peer 3 went away") != NULL);
+    CTEST_EXPECT(((unsigned char *)p)[0] == 0x44 && ((unsigned char *)p)[4095] == 0x44);
+    CTEST_EXPECT(seen_status == HAL_ERROR_REMOTE);
+    EXPECT_STATUS(ops->event_query(ev), HAL_ERROR_REMOTE);
+    EXPECT_STATUS(ops->event_synchronize(ev), HAL_ERROR_REMOTE);
+    EXPECT_STATUS(ops->stream_query(s), HAL_ERROR_REMOTE);
+    EXPECT_STATUS(ops->memcpy_async(s, &bp, &bd, 4096), HAL_ERROR_REMOTE);
+    EXPECT_STATUS(ops->memset_async(s, &bd, 1, 16), HAL_ERROR_REMOTE);
     /* A record on the failed stream completes with the error too. */
-    CT_EXPECT_OK(ops->event_record(ev, s));
-    CT_EXPECT_STATUS(ops->event_synchronize(ev), HAL_ERROR_REMOTE);
+    EXPECT_OK(ops->event_record(ev, s));
+    EXPECT_STATUS(ops->event_synchronize(ev), HAL_ERROR_REMOTE);
     /* The device reports it, and other streams are unaffected. */
     void *s2 = NULL;
-    CT_EXPECT_OK(ops->stream_create(dev, 0, &s2));
-    CT_EXPECT_OK(ops->memcpy_async(s2, &bp, &bd, 4096));
-    CT_EXPECT_OK(ops->stream_synchronize(s2));
-    CT_EXPECT(((unsigned char *)p)[0] == 0x77);
-    CT_EXPECT_STATUS(ops->device_synchronize(dev), HAL_ERROR_REMOTE);
-    CT_EXPECT_OK(ops->stream_destroy(s2));
-    CT_EXPECT_STATUS(ops->stream_destroy(s), HAL_ERROR_REMOTE);
+    EXPECT_OK(ops->stream_create(dev, 0, &s2));
+    EXPECT_OK(ops->memcpy_async(s2, &bp, &bd, 4096));
+    EXPECT_OK(ops->stream_synchronize(s2));
+    CTEST_EXPECT(((unsigned char *)p)[0] == 0x77);
+    EXPECT_STATUS(ops->device_synchronize(dev), HAL_ERROR_REMOTE);
+    EXPECT_OK(ops->stream_destroy(s2));
+    EXPECT_STATUS(ops->stream_destroy(s), HAL_ERROR_REMOTE);
     ops->event_destroy(ev);
-    CT_EXPECT_OK(ops->mem_free(dev, HAL_MEM_KIND_DEVICE, d, dc));
-    CT_EXPECT_OK(ops->mem_free(dev, HAL_MEM_KIND_HOST_PINNED, p, pc));
+    EXPECT_OK(ops->mem_free(dev, HAL_MEM_KIND_DEVICE, d, dc));
+    EXPECT_OK(ops->mem_free(dev, HAL_MEM_KIND_HOST_PINNED, p, pc));
     ops->device_close(dev);
     ops->fini(backend);
-    CT_RESULT();
+    return CTEST_PASS;
 }
 
 /* An event recorded behind host work and then again on an idle stream follows the newer record;
  * a wait queued on the old version stays bound to it. */
 CTEST(CudaSlots, VersionsAcrossDeferredRecords)
 {
-    int ct_failed = 0;
     const hal_backend_ops_t *ops = load_ops();
     CTEST_CHECK(ops != NULL);
     void *backend = NULL, *dev = NULL, *a = NULL, *bs = NULL, *c = NULL, *ev = NULL, *eb = NULL;
     CTEST_CHECK(ops->init(&ctest_host_services, &backend) == HAL_OK);
     CTEST_CHECK(ops->device_open(backend, 0, &dev) == HAL_OK);
-    CT_EXPECT_OK(ops->stream_create(dev, 0, &a));
-    CT_EXPECT_OK(ops->stream_create(dev, 0, &bs));
-    CT_EXPECT_OK(ops->stream_create(dev, 0, &c));
-    CT_EXPECT_OK(ops->event_create(dev, HAL_EVENT_FLAG_TIMING, &ev));
-    CT_EXPECT_OK(ops->event_create(dev, HAL_EVENT_FLAG_NONE, &eb));
-    if (ct_failed)
-        CT_RESULT();
+    EXPECT_OK(ops->stream_create(dev, 0, &a));
+    EXPECT_OK(ops->stream_create(dev, 0, &bs));
+    EXPECT_OK(ops->stream_create(dev, 0, &c));
+    EXPECT_OK(ops->event_create(dev, HAL_EVENT_FLAG_TIMING, &ev));
+    EXPECT_OK(ops->event_create(dev, HAL_EVENT_FLAG_NONE, &eb));
+    if (ctest_failures_so_far())
+        return CTEST_PASS;
     uintptr_t primary = 0, again = 0;
-    CT_EXPECT_OK(ops->event_get_native_handle(ev, &primary));
+    EXPECT_OK(ops->event_get_native_handle(ev, &primary));
     ct_gate_t g;
     ct_gate_init(&g);
-    CT_EXPECT_OK(ops->stream_add_callback(a, ct_gate_fn, &g));
-    CT_EXPECT_OK(ops->event_record(ev, a));      /* v1: queued behind the gate */
-    CT_EXPECT_OK(ops->stream_wait_event(c, ev)); /* bound to v1 */
-    CT_EXPECT_OK(ops->event_record(eb, c));
-    CT_EXPECT_OK(ops->event_record(ev, bs)); /* v2 on an idle stream: another cudaEvent_t */
-    CT_EXPECT_OK(ops->event_synchronize(ev));
-    CT_EXPECT_OK(ops->event_query(ev));
+    EXPECT_OK(ops->stream_add_callback(a, ct_gate_fn, &g));
+    EXPECT_OK(ops->event_record(ev, a));      /* v1: queued behind the gate */
+    EXPECT_OK(ops->stream_wait_event(c, ev)); /* bound to v1 */
+    EXPECT_OK(ops->event_record(eb, c));
+    EXPECT_OK(ops->event_record(ev, bs)); /* v2 on an idle stream: another cudaEvent_t */
+    EXPECT_OK(ops->event_synchronize(ev));
+    EXPECT_OK(ops->event_query(ev));
     ct_sleep_ms(20);
-    CT_EXPECT_STATUS(ops->event_query(eb), HAL_NOT_READY);
+    EXPECT_STATUS(ops->event_query(eb), HAL_NOT_READY);
     ct_gate_open(&g);
-    CT_EXPECT_OK(ops->event_synchronize(eb));
-    CT_EXPECT_OK(ops->stream_synchronize(a));
+    EXPECT_OK(ops->event_synchronize(eb));
+    EXPECT_OK(ops->stream_synchronize(a));
     /* Once nothing holds the primary, records use it again. */
-    CT_EXPECT_OK(ops->event_record(ev, bs));
-    CT_EXPECT_OK(ops->event_synchronize(ev));
-    CT_EXPECT_OK(ops->event_get_native_handle(ev, &again));
-    CT_EXPECT(primary == again);
+    EXPECT_OK(ops->event_record(ev, bs));
+    EXPECT_OK(ops->event_synchronize(ev));
+    EXPECT_OK(ops->event_get_native_handle(ev, &again));
+    CTEST_EXPECT(primary == again);
     ops->event_destroy(ev);
     ops->event_destroy(eb);
-    CT_EXPECT_OK(ops->stream_destroy(a));
-    CT_EXPECT_OK(ops->stream_destroy(bs));
-    CT_EXPECT_OK(ops->stream_destroy(c));
+    EXPECT_OK(ops->stream_destroy(a));
+    EXPECT_OK(ops->stream_destroy(bs));
+    EXPECT_OK(ops->stream_destroy(c));
     ops->device_close(dev);
     ops->fini(backend);
-    CT_RESULT();
+    return CTEST_PASS;
 }

@@ -1,6 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Helpers for the CUDA backend's tests: checks that record a failure and go on (so a test can
- * always open its gates and clean up), and a gate, a host callback that holds its stream until
+/* Helpers for the CUDA backend's tests: a gate, a host callback that holds its stream until
  * opened. */
 #ifndef HAL_BACKENDS_CUDA_TESTS_CUDA_TEST_UTIL_H
 #define HAL_BACKENDS_CUDA_TESTS_CUDA_TEST_UTIL_H
@@ -13,40 +12,11 @@
 
 #include "hal/hal.h"
 #include "tools/ctest/ctest.h"
+#include "tools/ctest/ctest_status.h"
 
-/* Each test declares `int ct_failed = 0;` and ends with CT_RESULT(). */
-#define CT_EXPECT(cond)                                                                    \
-    do {                                                                                   \
-        if (!(cond)) {                                                                     \
-            fprintf(stderr, "%s:%d: expectation failed: %s\n", __FILE__, __LINE__, #cond); \
-            ct_failed = 1;                                                                 \
-        }                                                                                  \
-    } while (0)
-
-#define CT_EXPECT_STATUS(call, expected)                                                           \
-    do {                                                                                           \
-        hal_status_t ct_st_ = (call);                                                              \
-        if (ct_st_ != (expected)) {                                                                \
-            fprintf(stderr, "%s:%d: %s returned %s, expected %s (last error: \"%s\")\n", __FILE__, \
-                    __LINE__, #call, hal_status_string(ct_st_), hal_status_string(expected),       \
-                    hal_last_error_message());                                                     \
-            ct_failed = 1;                                                                         \
-        }                                                                                          \
-    } while (0)
-
-#define CT_EXPECT_OK(call) CT_EXPECT_STATUS(call, HAL_OK)
-
-/* The calling thread's last error mentions `fragment`. */
-#define CT_EXPECT_MESSAGE(fragment)                                                         \
-    do {                                                                                    \
-        if (strstr(hal_last_error_message(), (fragment)) == NULL) {                         \
-            fprintf(stderr, "%s:%d: last error \"%s\" does not mention \"%s\"\n", __FILE__, \
-                    __LINE__, hal_last_error_message(), (fragment));                        \
-            ct_failed = 1;                                                                  \
-        }                                                                                   \
-    } while (0)
-
-#define CT_RESULT() return ct_failed ? CTEST_FAIL : CTEST_PASS
+/* Tests record failures and go on (EXPECT_* of tools/ctest/ctest_status.h, CTEST_EXPECT), so
+ * that a test can always open its gates and clean up; the runner fails a test that recorded
+ * one. */
 
 /* ---- gates ----------------------------------------------------------------------------------- */
 
