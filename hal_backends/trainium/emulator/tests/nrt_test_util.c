@@ -107,6 +107,8 @@ bool nrt_test_open(nrt_api_t *api)
     RESOLVE(get_vnc_memory_stats, "nrt_get_vnc_memory_stats");
     void *sym = dlsym(api->handle, "nrt_emu_set_fault");
     memcpy(&api->emu_set_fault, &sym, sizeof(sym));
+    sym = dlsym(api->handle, "nrt_emu_get_dma_stats");
+    memcpy(&api->emu_get_dma_stats, &sym, sizeof(sym));
     return true;
 }
 

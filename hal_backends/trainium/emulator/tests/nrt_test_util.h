@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "hal_backends/trainium/emulator/nrt_abi.h"
+#include "hal_backends/trainium/emulator/nrt_emu.h"
 
 /* The signatures, as the backend declares them. */
 typedef NRT_STATUS nrt_init_fn(nrt_framework_type_t framework, const char *fw_version,
@@ -48,6 +49,7 @@ nrt_tensor_get_device_allocation_info_fn(const nrt_tensor_t *tensor,
 typedef NRT_STATUS nrt_get_vnc_memory_stats_fn(uint32_t vnc, nrt_vnc_memory_stats_t *stats,
                                                size_t stats_size_in, size_t *stats_size_out);
 typedef NRT_STATUS nrt_emu_set_fault_fn(const char *spec);
+typedef NRT_STATUS nrt_emu_get_dma_stats_fn(nrt_emu_dma_stats_t *stats, size_t size);
 
 typedef struct nrt_api {
     void *handle;
@@ -75,7 +77,8 @@ typedef struct nrt_api {
     nrt_tensor_get_va_fn *tensor_get_va;
     nrt_tensor_get_device_allocation_info_fn *tensor_get_device_allocation_info;
     nrt_get_vnc_memory_stats_fn *get_vnc_memory_stats;
-    nrt_emu_set_fault_fn *emu_set_fault; /* emulator extension; NULL on the real runtime */
+    nrt_emu_set_fault_fn *emu_set_fault; /* emulator extensions; NULL on the real runtime */
+    nrt_emu_get_dma_stats_fn *emu_get_dma_stats;
 } nrt_api_t;
 
 /* Unsets every NEURON_* variable the runtime reads, then points NEURON_EMU_LOCK_DIR at the
