@@ -280,7 +280,6 @@ typedef struct child {
     size_t len, cap;
     bool exited, timed_out;
     int wstatus;
-    double exit_ms;
     bool ready, no_backend;
 } child_t;
 
@@ -548,7 +547,6 @@ static int run_processes(cts_ctx_t *ctx, const cc_job_t *job)
         kill_all(&pj);
 
     double start = cts_now_ms(), deadline = start + CC_JOB_DEADLINE_MS, kill_at = 0;
-    double killed_ms = 0;
     bool victim_killed = false;
     for (;;) {
         int alive = 0;
@@ -574,10 +572,8 @@ static int run_processes(cts_ctx_t *ctx, const cc_job_t *job)
             if (c->pid <= 0 || c->exited)
                 continue;
             pid_t w = waitpid(c->pid, &c->wstatus, WNOHANG);
-            if (w == c->pid) {
+            if (w == c->pid)
                 c->exited = true;
-                c->exit_ms = cts_now_ms();
-            }
         }
         double now = cts_now_ms();
         if (pj.no_backend) /* a rank cannot run here: do not let the others wait for it */
@@ -593,7 +589,6 @@ static int run_processes(cts_ctx_t *ctx, const cc_job_t *job)
                 if (v->pid > 0 && !v->exited)
                     kill(v->pid, SIGKILL);
                 victim_killed = true;
-                killed_ms = cts_now_ms();
             }
         }
         if (now > deadline) {
@@ -609,7 +604,6 @@ static int run_processes(cts_ctx_t *ctx, const cc_job_t *job)
                 if (c->pid > 0 && !c->exited) {
                     waitpid(c->pid, &c->wstatus, 0);
                     c->exited = true;
-                    c->exit_ms = cts_now_ms();
                 }
                 if (c->fd >= 0) {
                     read_child(&pj, i);
@@ -663,19 +657,10 @@ static int run_processes(cts_ctx_t *ctx, const cc_job_t *job)
                     cts_failf(__FILE__, __LINE__, "rank %d (process %ld) exited with status %d", i,
                               (long)c->pid, WEXITSTATUS(c->wstatus));
                 rc = CTS_FAIL;
-            } else if (victim_killed && i != job->kill_rank) {
-                /* Survivors: they time their own failure report; this bounds the whole exit. */
-                double late = c->exit_ms - killed_ms;
-                uint32_t budget =
-                    (job->timeout_ms ? job->timeout_ms : CC_TIMEOUT_MS) + 2 * CC_SLACK_MS;
-                if (late > budget) {
-                    cts_failf(__FILE__, __LINE__,
-                              "surviving rank %d exited %.0f ms after its peer was killed "
-                              "(timeout %u ms + slack)",
-                              i, late, job->timeout_ms);
-                    rc = CTS_FAIL;
-                }
             }
+            /* Survivors of a killed rank report their status; a survivor that hangs instead is
+             * killed at the job's deadline and fails above. How soon they exit is not checked:
+             * a loaded machine decides that. */
         }
     }
     for (size_t i = 0; i < pj.nfailures; i++)
