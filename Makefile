@@ -123,7 +123,9 @@ test-tsan: deps
 
 # The bridge's tests (OpInfo, device behaviour, DDP, loss alignment) on the cpu backend and on
 # the Trainium backend over the libnrt emulator. Run outside the checkout, so that the installed
-# package is what is tested.
+# package is what is tested. Each run is an emulated Trainium machine of its own
+# (bridge/tests/conftest.py sets NEURON_EMU_INSTANCE_ID), so runs beside it never take its
+# NeuronCores; a backend that cannot be opened fails the run, it is never skipped.
 test-bridge: bridge
 	@cd /tmp && $(PYTHON) -m pytest -q -p no:cacheprovider $(CURDIR)/bridge/tests \
 	  --junitxml=$(CURDIR)/$(TESTLOGS)/bridge-cpu/test.xml; rc1=$$?; \
