@@ -103,12 +103,13 @@ test: deps-python
 	$(PYTHON) tools/test_summary.py $(TESTLOGS) || rc=1; \
 	exit $$rc
 
-# Runs one Bazel test configuration and keeps its JUnit logs under out/testlogs/<name>.
+# Runs one Bazel test configuration and keeps its JUnit logs under out/testlogs/<name> (with their
+# times: tools/test_summary.py counts only a target's newest set of shard logs).
 define bazel_test
 	@echo "== bazel test $(2) ($(1))"
 	@rc=0; $(BAZEL) test $(3) $(2) || rc=$$?; \
 	rm -rf $(TESTLOGS)/$(1); mkdir -p $(TESTLOGS)/$(1); \
-	cp -rL bazel-testlogs/. $(TESTLOGS)/$(1)/ 2>/dev/null || true; \
+	cp -rL --preserve=timestamps bazel-testlogs/. $(TESTLOGS)/$(1)/ 2>/dev/null || true; \
 	exit $$rc
 endef
 
