@@ -157,7 +157,9 @@ demo: bridge
 	@bash examples/demo.sh
 
 # For BACKEND=trainium without a real Neuron runtime (no HAL_NEURON_LIBNRT and nothing in
-# /opt/aws/neuron/lib), the libnrt emulator is built and used, on two emulated NeuronCores.
+# /opt/aws/neuron/lib), the libnrt emulator is built and used, on two emulated NeuronCores of an
+# emulated machine of the run's own (NEURON_EMU_INSTANCE_ID, unless one is chosen), whose lock
+# files go when the run ends.
 NEURON_RUNTIME := /opt/aws/neuron/lib/libnrt.so.1
 conformance: deps
 	$(BAZEL) build //conformance:hal_conformance //hal_backends/$(BACKEND):libhal_backend_$(BACKEND).so
@@ -166,6 +168,10 @@ conformance: deps
 	  echo "conformance: no Neuron runtime found; using the libnrt emulator on 2 NeuronCores"; \
 	  export HAL_NEURON_LIBNRT=$$PWD/bazel-bin/hal_backends/trainium/emulator/libnrt.so.1; \
 	  export NEURON_RT_NUM_CORES=$${NEURON_RT_NUM_CORES:-2}; \
+	  if [ -z "$$NEURON_EMU_INSTANCE_ID$$NEURON_EMU_LOCK_DIR" ]; then \
+	    export NEURON_EMU_INSTANCE_ID=conformance-$$$$; \
+	    trap 'rm -rf "$${TMPDIR:-/tmp}/neuron-emu-$$(id -u)/$$NEURON_EMU_INSTANCE_ID"' EXIT; \
+	  fi; \
 	fi; \
 	HAL_BACKEND_PATH=$$PWD/bazel-bin/hal_backends/$(BACKEND) \
 	  ./bazel-bin/conformance/hal_conformance --backend=$(BACKEND) $(CONFORMANCE_ARGS)
