@@ -107,12 +107,13 @@ test: deps-python
 	$(PYTHON) tools/test_summary.py $(TESTLOGS) || rc=1; \
 	exit $$rc
 
-# Runs one Bazel test configuration and keeps its JUnit logs under out/testlogs/<name>.
+# Runs one Bazel test configuration and keeps its JUnit logs under out/testlogs/<name> (with their
+# times: tools/test_summary.py counts only a target's newest set of shard logs).
 define bazel_test
 	@echo "== bazel test $(2) ($(1))"
 	@rc=0; $(BAZEL) test $(3) $(2) || rc=$$?; \
 	rm -rf $(TESTLOGS)/$(1); mkdir -p $(TESTLOGS)/$(1); \
-	cp -rL bazel-testlogs/. $(TESTLOGS)/$(1)/ 2>/dev/null || true; \
+	cp -rL --preserve=timestamps bazel-testlogs/. $(TESTLOGS)/$(1)/ 2>/dev/null || true; \
 	exit $$rc
 endef
 
@@ -127,7 +128,9 @@ test-tsan: deps
 
 # The bridge's tests (OpInfo, device behaviour, DDP, loss alignment) on the cpu backend and on
 # the Trainium backend over the libnrt emulator. Run outside the checkout, so that the installed
-# package is what is tested.
+# package is what is tested. Each run is an emulated Trainium machine of its own
+# (bridge/tests/conftest.py sets NEURON_EMU_INSTANCE_ID), so runs beside it never take its
+# NeuronCores; a backend that cannot be opened fails the run, it is never skipped.
 test-bridge: bridge
 	@cd /tmp && $(PYTHON) -m pytest -q -p no:cacheprovider $(CURDIR)/bridge/tests \
 	  --junitxml=$(CURDIR)/$(TESTLOGS)/bridge-cpu/test.xml; rc1=$$?; \
@@ -158,7 +161,9 @@ demo: bridge
 	@bash examples/demo.sh
 
 # For BACKEND=trainium without a real Neuron runtime (no HAL_NEURON_LIBNRT and nothing in
-# /opt/aws/neuron/lib), the libnrt emulator is built and used, on two emulated NeuronCores.
+# /opt/aws/neuron/lib), the libnrt emulator is built and used, on two emulated NeuronCores of an
+# emulated machine of the run's own (NEURON_EMU_INSTANCE_ID, unless one is chosen), whose lock
+# files go when the run ends.
 NEURON_RUNTIME := /opt/aws/neuron/lib/libnrt.so.1
 conformance: deps
 	$(BAZEL) build //conformance:hal_conformance //hal_backends/$(BACKEND):libhal_backend_$(BACKEND).so
@@ -167,6 +172,10 @@ conformance: deps
 	  echo "conformance: no Neuron runtime found; using the libnrt emulator on 2 NeuronCores"; \
 	  export HAL_NEURON_LIBNRT=$$PWD/bazel-bin/hal_backends/trainium/emulator/libnrt.so.1; \
 	  export NEURON_RT_NUM_CORES=$${NEURON_RT_NUM_CORES:-2}; \
+	  if [ -z "$$NEURON_EMU_INSTANCE_ID$$NEURON_EMU_LOCK_DIR" ]; then \
+	    export NEURON_EMU_INSTANCE_ID=conformance-$$$$; \
+	    trap 'rm -rf "$${TMPDIR:-/tmp}/neuron-emu-$$(id -u)/$$NEURON_EMU_INSTANCE_ID"' EXIT; \
+	  fi; \
 	fi; \
 	HAL_BACKEND_PATH=$$PWD/bazel-bin/hal_backends/$(BACKEND) \
 	  ./bazel-bin/conformance/hal_conformance --backend=$(BACKEND) $(CONFORMANCE_ARGS)

@@ -2,9 +2,12 @@
 // Conformance suite harness: registers every C test body (conformance/cts_tests.inc) as a
 // value-parameterized GoogleTest over (backend, device), runs each test against a freshly opened
 // backend, guards every test with a timeout, and prints a per-area Markdown summary that ends
-// with the line "N passed, N failed, N skipped".
+// with the line "N passed, N failed, N skipped". By default each area runs in a child process of
+// its own (areas.h), so that a crash or hang fails that area's test and the rest still runs;
+// --in-process runs everything in this process.
 #include <gtest/gtest.h>
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -21,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "conformance/areas.h"
 #include "cts.h"
 
 // Huge allocations are part of the out-of-memory tests: let the sanitizers' allocators return
@@ -39,15 +43,29 @@ namespace
 
 struct Options {
     std::vector<std::string> backends;
+    std::string backends_arg; // as given, for the areas' child processes
     long device = -1;
     unsigned timeout_s = 60;
+    unsigned area_timeout_s = 1800;
     bool run_known_failures = false;
     bool validation = false;
+    bool in_process = false;   // run the bodies in this process (no child per area)
+    int child_records_fd = -1; // >= 0: this is an area's child process, reporting to this fd
     std::string self_exe;
     std::string fixture_dir;
 };
 
 Options g_options;
+
+// How this process takes part: it runs the bodies itself (in-process, or as an area's child),
+// or it is the parent that runs each area in a child and reports what the children said.
+bool IsParent()
+{
+    return !g_options.in_process && g_options.child_records_fd < 0;
+}
+
+cts::RecordWriter *g_records = nullptr;   // in an area's child process
+cts::AreaRunner *g_area_runner = nullptr; // in the parent
 
 } // namespace
 
@@ -180,6 +198,39 @@ class SummaryListener : public testing::EmptyTestEventListener
     }
 };
 
+// In an area's child process: every event of every test, as records for the parent.
+class RecordListener : public testing::EmptyTestEventListener
+{
+    void OnTestStart(const testing::TestInfo &info) override
+    {
+        current_ = FullName(info);
+        g_records->Started(current_);
+    }
+    // Called with GoogleTest's own lock held: no UnitTest query here (current_test_info would
+    // deadlock).
+    void OnTestPartResult(const testing::TestPartResult &part) override
+    {
+        if (part.failed())
+            g_records->Failure(current_, part.file_name(), part.line_number(), part.message());
+    }
+    void OnTestEnd(const testing::TestInfo &info) override
+    {
+        std::string name = FullName(info);
+        TestNote note;
+        {
+            std::lock_guard<std::mutex> lock(g_summary_lock);
+            auto it = g_notes.find(name);
+            if (it != g_notes.end())
+                note = it->second;
+        }
+        const testing::TestResult *result = info.result();
+        char outcome = result->Failed() ? 'F' : result->Skipped() ? 'S' : 'P';
+        g_records->Ended(name, outcome, note.known_failure, note.skip_reason);
+    }
+
+    std::string current_; // the test running now (GoogleTest runs one at a time)
+};
+
 // ---- Per-test watchdog ------------------------------------------------------------------------
 
 class Watchdog
@@ -229,6 +280,13 @@ class Watchdog
                      "[  TIMEOUT ] %s did not finish within %u s (HAL_CTS_TIMEOUT); "
                      "counted as failed, exiting\n",
                      name.c_str(), seconds_);
+        if (g_records != nullptr) {
+            // An area's child: the parent reports the test and runs the rest of the area.
+            g_records->TimedOut(name, seconds_);
+            std::fflush(stdout);
+            std::fflush(stderr);
+            _exit(1);
+        }
         {
             std::lock_guard<std::mutex> lock(g_summary_lock);
             auto it = g_notes.find(name);
@@ -282,6 +340,8 @@ class Test : public testing::TestWithParam<Param>
             note.backend = p.backend;
             note.area = info->test_suite_name();
         }
+        if (IsParent())
+            return; // the area's child process ran this test; Run() reports what it said
         g_watchdog.Arm(name_, g_options.timeout_s);
 
         std::memset(&ctx_, 0, sizeof(ctx_));
@@ -311,6 +371,8 @@ class Test : public testing::TestWithParam<Param>
 
     void TearDown() override
     {
+        if (IsParent())
+            return;
         cts_ctx_open_gates(&ctx_);
         if (ctx_.backend != nullptr) {
             hal_status_t st = hal_backend_close(ctx_.backend);
@@ -330,9 +392,15 @@ class Test : public testing::TestWithParam<Param>
 
     void Run(int (*body)(cts_ctx_t *))
     {
+        if (IsParent()) {
+            Report(g_area_runner->Find(name_));
+            return;
+        }
         if (!ready_)
             return;
-        int rc = body(&ctx_);
+        int rc = SelfTestFault(name_);
+        if (rc < 0)
+            rc = body(&ctx_);
         if (ctx_.known_failure) {
             std::lock_guard<std::mutex> lock(g_summary_lock);
             g_notes[name_].known_failure = true;
@@ -353,6 +421,65 @@ class Test : public testing::TestWithParam<Param>
     cts_ctx_t ctx_;
 
   private:
+    // In the parent: the test's result as its area's child process reported it, with what the
+    // harness adds (a crash, a timeout, not run).
+    void Report(const Outcome &o)
+    {
+        {
+            std::lock_guard<std::mutex> lock(g_summary_lock);
+            TestNote &note = g_notes[name_];
+            note.known_failure = o.known_failure;
+            note.skip_reason = o.skip_reason;
+        }
+        for (const auto &f : o.failures)
+            ADD_FAILURE_AT(f.file.c_str(), f.line) << f.message;
+        for (const auto &p : o.problems)
+            ADD_FAILURE() << p;
+        if (o.state != Outcome::State::kEnded || !o.problems.empty())
+            return;
+        if (o.result == 'S')
+            GTEST_SKIP() << o.skip_reason;
+        if (o.result == 'F' && o.failures.empty())
+            ADD_FAILURE() << "the area's process reported a failure without a message";
+    }
+
+    // Test-only hooks for the harness's own test (harness_test.py): HAL_CTS_SELFTEST_CRASH,
+    // _HANG, _FAIL and _SKIP name tests (':'-separated full names such as "stream.fifo/cpu_0")
+    // that crash with SIGSEGV, hang, fail or skip instead of running their body. Returns the
+    // body's result to report, or -1 to run the body.
+    int SelfTestFault(const std::string &name)
+    {
+        if (NamedIn("HAL_CTS_SELFTEST_FAIL", name)) {
+            cts_failf(__FILE__, __LINE__, "HAL_CTS_SELFTEST_FAIL: failing %s", name.c_str());
+            return CTS_FAIL;
+        }
+        if (NamedIn("HAL_CTS_SELFTEST_SKIP", name))
+            return cts_skip(&ctx_, "HAL_CTS_SELFTEST_SKIP: skipping %s", name.c_str());
+        if (NamedIn("HAL_CTS_SELFTEST_CRASH", name)) {
+            std::fprintf(stderr, "hal_conformance: HAL_CTS_SELFTEST_CRASH: crashing in %s\n",
+                         name.c_str());
+            std::fflush(stderr);
+            signal(SIGSEGV, SIG_DFL);
+            raise(SIGSEGV);
+        }
+        if (NamedIn("HAL_CTS_SELFTEST_HANG", name)) {
+            std::fprintf(stderr, "hal_conformance: HAL_CTS_SELFTEST_HANG: hanging in %s\n",
+                         name.c_str());
+            std::fflush(stderr);
+            for (;;)
+                pause();
+        }
+        return -1;
+    }
+    static bool NamedIn(const char *var, const std::string &name)
+    {
+        const char *list = std::getenv(var);
+        if (list == nullptr)
+            return false;
+        std::string all = std::string(":") + list + ":";
+        return all.find(":" + name + ":") != std::string::npos;
+    }
+
     std::string name_;
     uint64_t leaks_before_ = 0;
     bool ready_ = false;
@@ -603,6 +730,11 @@ void Usage()
         "  --device=N          only device N of each backend (default: all devices)\n"
         "  --layers=LIST       sets HAL_LAYERS, e.g. validation\n"
         "  --timeout=S         per-test timeout in seconds (env HAL_CTS_TIMEOUT; default 60)\n"
+        "  --area-timeout=S    timeout of each area's child process, in seconds (env\n"
+        "                      HAL_CTS_AREA_TIMEOUT; default 1800)\n"
+        "  --in-process        run every area in this process, e.g. under a debugger (env\n"
+        "                      HAL_CTS_IN_PROCESS=1); by default each area runs in a child\n"
+        "                      process, so a crash or hang fails only that area's test\n"
         "  --run-known-failures  run tests marked CTS_KNOWN_FAILURE_ON (env\n"
         "                      HAL_CTS_RUN_KNOWN_FAILURES=1) and list those that pass\n"
         "Environment: HAL_BACKEND_PATH (where backends are found), HAL_CTS_FIXTURE_DIR (the\n"
@@ -621,6 +753,26 @@ bool ParseUnsigned(const char *s, long *out)
 
 } // namespace
 
+// What every area's child process is given: this run's options, and GoogleTest's flags that
+// still matter in a child (the filter is the child's own; sharding, repeats and output files
+// stay with the parent).
+cts::AreaConfig ChildConfig()
+{
+    cts::AreaConfig c;
+    c.self_exe = g_options.self_exe;
+    c.area_timeout_s = g_options.area_timeout_s;
+    c.args.push_back("--backend=" + g_options.backends_arg);
+    if (g_options.device >= 0)
+        c.args.push_back("--device=" + std::to_string(g_options.device));
+    c.args.push_back("--timeout=" + std::to_string(g_options.timeout_s));
+    if (g_options.run_known_failures)
+        c.args.push_back("--run-known-failures");
+    c.args.push_back("--gtest_color=" + GTEST_FLAG_GET(color));
+    if (GTEST_FLAG_GET(also_run_disabled_tests))
+        c.args.push_back("--gtest_also_run_disabled_tests");
+    return c;
+}
+
 int main(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++)
@@ -629,6 +781,19 @@ int main(int argc, char **argv)
     // Child mode of the collectives tests: one rank of a job (conformance/src/comm_rank.c).
     if (argc > 1 && std::strncmp(argv[1], "--cts-comm-rank=", 16) == 0)
         return cts_comm_rank_main(argc, argv);
+    // Child mode of the areas: run the selected tests here, report to the parent (areas.h).
+    if (argc > 1 && std::strncmp(argv[1], "--cts-area-child=", 17) == 0) {
+        long fd = -1;
+        if (!ParseUnsigned(argv[1] + 17, &fd) || fd > 1000000) {
+            std::fprintf(stderr, "hal_conformance: bad %s\n", argv[1]);
+            return 2;
+        }
+        g_options.child_records_fd = static_cast<int>(fd);
+        cts::DieWithParent();
+        argv[1] = argv[0];
+        argv++;
+        argc--;
+    }
 
     const char *env_backends = std::getenv("HAL_BACKENDS");
     std::string backends =
@@ -642,6 +807,15 @@ int main(int argc, char **argv)
     }
     const char *env_known = std::getenv("HAL_CTS_RUN_KNOWN_FAILURES");
     g_options.run_known_failures = env_known != nullptr && std::strcmp(env_known, "1") == 0;
+    const char *env_area_timeout = std::getenv("HAL_CTS_AREA_TIMEOUT");
+    long area_timeout = 1800;
+    if (env_area_timeout != nullptr && env_area_timeout[0] != '\0' &&
+        (!ParseUnsigned(env_area_timeout, &area_timeout) || area_timeout == 0)) {
+        std::fprintf(stderr, "hal_conformance: bad HAL_CTS_AREA_TIMEOUT=%s\n", env_area_timeout);
+        return 2;
+    }
+    const char *env_in_process = std::getenv("HAL_CTS_IN_PROCESS");
+    g_options.in_process = env_in_process != nullptr && std::strcmp(env_in_process, "1") == 0;
 
     // Take our flags out of argv before GoogleTest sees it.
     bool help = false;
@@ -662,6 +836,13 @@ int main(int argc, char **argv)
                 std::fprintf(stderr, "hal_conformance: bad %s\n", a);
                 return 2;
             }
+        } else if (std::strncmp(a, "--area-timeout=", 15) == 0) {
+            if (!ParseUnsigned(a + 15, &area_timeout) || area_timeout == 0) {
+                std::fprintf(stderr, "hal_conformance: bad %s\n", a);
+                return 2;
+            }
+        } else if (std::strcmp(a, "--in-process") == 0) {
+            g_options.in_process = true;
         } else if (std::strcmp(a, "--run-known-failures") == 0) {
             g_options.run_known_failures = true;
         } else {
@@ -675,6 +856,8 @@ int main(int argc, char **argv)
     argc = kept;
     argv[argc] = nullptr;
     g_options.timeout_s = static_cast<unsigned>(timeout);
+    g_options.area_timeout_s = static_cast<unsigned>(area_timeout);
+    g_options.backends_arg = backends;
     g_options.backends = Split(backends, ',');
     const char *layers = std::getenv("HAL_LAYERS");
     for (const auto &l : Split(layers != nullptr ? layers : "", ','))
@@ -693,8 +876,32 @@ int main(int argc, char **argv)
         std::fprintf(stdout, "\n0 passed, 1 failed, 0 skipped\n");
         return 1;
     }
-    testing::UnitTest::GetInstance()->listeners().Append(new SummaryListener);
-    g_watchdog.Start();
+    testing::TestEventListeners &listeners = testing::UnitTest::GetInstance()->listeners();
+    if (g_options.child_records_fd >= 0) {
+        // An area's child: the parent counts, summarizes and writes the output files.
+        g_records = new cts::RecordWriter(g_options.child_records_fd);
+        // The parent prints every test's result; the child adds only what bodies print.
+        delete listeners.Release(listeners.default_result_printer());
+        listeners.Append(new RecordListener);
+        g_watchdog.Start();
+        return RUN_ALL_TESTS();
+    }
+    if (IsParent()) {
+        if (g_options.self_exe.empty()) {
+            std::fprintf(stderr, "hal_conformance: cannot find this executable to run the "
+                                 "areas in child processes; use --in-process\n");
+            std::fprintf(stdout, "\n0 passed, 1 failed, 0 skipped\n");
+            return 1;
+        }
+        // The children find what this process found.
+        if (!g_options.fixture_dir.empty())
+            setenv("HAL_CTS_FIXTURE_DIR", g_options.fixture_dir.c_str(), 1);
+        g_area_runner = new cts::AreaRunner(ChildConfig());
+        listeners.Append(g_area_runner);
+    }
+    listeners.Append(new SummaryListener);
+    if (!IsParent())
+        g_watchdog.Start();
     int rc = RUN_ALL_TESTS();
     PrintSummary(stdout);
     return rc;

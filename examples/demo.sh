@@ -15,8 +15,16 @@
 # The Trainium backend loads the Neuron runtime from HAL_NEURON_LIBNRT, /opt/aws/neuron/lib or
 # the loader path; on a machine without one, torch_hal points HAL_NEURON_LIBNRT at the
 # emulator it bundles (torch_hal/lib/libnrt.so.1). Under torchrun each rank takes its own
-# NeuronCore (NEURON_RT_VISIBLE_CORES=<local rank>, set by torch_hal).
+# NeuronCore (NEURON_RT_VISIBLE_CORES=<local rank>, set by torch_hal). On the emulator the run is
+# an emulated machine of its own (NEURON_EMU_INSTANCE_ID): its ranks exclude each other, and other
+# jobs on this host never take its NeuronCores.
 set -euo pipefail
+
+if [ -z "${NEURON_EMU_INSTANCE_ID:-}" ] && [ -z "${NEURON_EMU_LOCK_DIR:-}" ]; then
+    export NEURON_EMU_INSTANCE_ID="demo-$$"
+    # The emulator's lock files of this machine (its default lock directory), gone with the run.
+    trap 'rm -rf "${TMPDIR:-/tmp}/neuron-emu-$(id -u)/$NEURON_EMU_INSTANCE_ID"' EXIT
+fi
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 steps="${DEMO_STEPS:-40}"

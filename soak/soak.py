@@ -214,7 +214,10 @@ def run_cts(index, rng, seed, tests, workdir):
                HAL_BACKEND_PATH=CPU_BACKEND_DIR, HAL_CTS_TIMEOUT=str(CTS_TEST_TIMEOUT_S))
     shm_before = hal_segments()
     start = time.monotonic()
-    proc = subprocess.Popen([CONFORMANCE, "--backend=cpu", "--gtest_filter=" + ":".join(chosen)],
+    # In-process: an injected death must end the harness process itself, whose pid the faults
+    # layer's log names (by default each area would run in a child process of its own).
+    proc = subprocess.Popen([CONFORMANCE, "--backend=cpu", "--in-process",
+                             "--gtest_filter=" + ":".join(chosen)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
                             cwd=workdir, start_new_session=True, text=True, errors="replace")
     try:

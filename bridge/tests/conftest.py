@@ -1,23 +1,59 @@
 """Shared fixtures of the torch_hal tests: the device under test, and the OpInfo summary line.
 
 The tests run on whatever backend TORCH_HAL_BACKEND selects (default: cpu); torch_hal is loaded
-by `import torch` through its entry point.
+by `import torch` through its entry point. A backend that cannot be opened fails every test
+that needs the device, with the backend's name and the HAL's message: it is never a skip.
+
+A test run is an emulated Trainium machine of its own: unless NEURON_EMU_INSTANCE_ID or
+NEURON_EMU_LOCK_DIR is set, the libnrt emulator's NeuronCores of this run belong to an instance
+id made for it (before `import torch` opens the backend), so runs beside it never take its
+cores, while the processes it starts (the distributed tests' ranks) inherit the id and exclude
+each other as on one machine.
 """
 
-import pytest
-import torch
+import os
+import secrets
+import shutil
 
-import torch_hal
+_NEURON_INSTANCE = None
+if not os.environ.get("NEURON_EMU_INSTANCE_ID") and not os.environ.get("NEURON_EMU_LOCK_DIR"):
+    _NEURON_INSTANCE = f"pytest-{os.getpid()}-{secrets.token_hex(4)}"
+    os.environ["NEURON_EMU_INSTANCE_ID"] = _NEURON_INSTANCE
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import torch_hal  # noqa: E402
+
+
+def _neuron_instance_dir(instance):
+    """Where the emulator keeps the lock files of an instance id (its default lock directory)."""
+    base = os.environ.get("TMPDIR") or "/tmp"
+    return os.path.join(base, f"neuron-emu-{os.geteuid()}", instance)
+
+
+def _requested_backend():
+    return os.environ.get("TORCH_HAL_BACKEND", "cpu") or "cpu"
+
+
+def _load_failure():
+    return (f"torch_hal could not open the requested HAL backend '{_requested_backend()}' "
+            f"(TORCH_HAL_BACKEND): {torch_hal.load_error()}")
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "opinfo: PyTorch OpInfo database checks")
 
 
+def pytest_unconfigure(config):
+    if _NEURON_INSTANCE is not None:
+        shutil.rmtree(_neuron_instance_dir(_NEURON_INSTANCE), ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def device_type():
     if not torch_hal.is_loaded():
-        pytest.skip(f"torch_hal is not loaded: {torch_hal.load_error()}")
+        pytest.fail(_load_failure(), pytrace=False)
     return torch_hal.device_type()
 
 
@@ -47,6 +83,9 @@ OPINFO_SUMMARY = {}
 
 
 def pytest_terminal_summary(terminalreporter):
+    if not torch_hal.is_loaded():
+        terminalreporter.write_sep("!", "the backend under test could not be opened")
+        terminalreporter.write_line(_load_failure())
     if OPINFO_SUMMARY.get("tested"):
         s = OPINFO_SUMMARY
         terminalreporter.write_sep("-", "OpInfo on the torch_hal device")

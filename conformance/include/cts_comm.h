@@ -32,6 +32,12 @@ extern "C" {
  * be reported (thread wake-ups, sanitizers, a loaded machine). */
 #define CC_FAIL_TIMEOUT_MS 2000u
 #define CC_SLACK_MS        4000u
+/* A wait for a failure to be reported that lasts this long is a hang and fails the test (well
+ * past every communicator timeout of the tests, before the harness's per-test timeout). No test
+ * asserts how soon an error comes, which a loaded machine decides: the status says which
+ * mechanism reported it (HAL_ERROR_TIMEOUT only from a timeout). Only lower bounds are checked
+ * (a timeout never strikes early), which load cannot break. */
+#define CC_HANG_MS 45000u
 /* A process job that has not finished after this long is killed and fails. */
 #define CC_JOB_DEADLINE_MS 50000u
 /* The largest count of the sweeps: past a power of two, so chunked algorithms see a remainder.

@@ -119,9 +119,10 @@ int cts_comm_init_invalid(cts_ctx_t *ctx)
     CTS_CHECK_OK(hal_comm_get_unique_id(HAL_COMM_ID_FLAG_STORE, &id));
     CTS_CHECK_OK(hal_comm_get_unique_id(HAL_COMM_ID_FLAG_STORE, &other));
     hal_comm_config_t cfg = HAL_COMM_CONFIG_INIT;
-    cfg.timeout_ms = 1000; /* bounds the test if a bad call started a rendezvous after all */
+    /* A bad call that started a rendezvous after all would end in HAL_ERROR_TIMEOUT, which the
+     * expected statuses rule out. */
+    cfg.timeout_ms = 1000;
     hal_comm_t comm = NULL;
-    double t0 = cts_now_ms();
 #define BAD_INIT(id_, n_, r_, dev_, cfg_, out_, status)                                       \
     do {                                                                                      \
         CTS_CHECK_STATUS(hal_comm_init((id_), (n_), (r_), (dev_), (cfg_), (out_)), (status)); \
@@ -165,8 +166,6 @@ int cts_comm_init_invalid(cts_ctx_t *ctx)
             bad.internal[i] ^= 0x5a;
     BAD_INIT(&bad, 1, 0, ctx->device, &cfg, &comm, HAL_ERROR_INVALID_ARGUMENT);
 #undef BAD_INIT
-    CTS_CHECKF(cts_now_ms() - t0 < cfg.timeout_ms,
-               "rejecting bad arguments took %.0f ms: a rendezvous ran", cts_now_ms() - t0);
     return CTS_PASS;
 }
 
@@ -337,8 +336,8 @@ static int expect_init(const init_call_t *c, hal_status_t expected, const char *
     return 0;
 }
 
-/* A rank whose peer never comes fails with HAL_ERROR_TIMEOUT once the timeout passed: not
- * before, not much later. */
+/* A rank whose peer never comes fails with HAL_ERROR_TIMEOUT once the timeout passed, not
+ * before. */
 int cts_comm_init_missing_rank_times_out(cts_ctx_t *ctx)
 {
     hal_unique_id_t id;
@@ -349,8 +348,8 @@ int cts_comm_init_missing_rank_times_out(cts_ctx_t *ctx)
     init_calls_destroy(&c, 1);
     CTS_CHECK(expect_init(&c, HAL_ERROR_TIMEOUT, "rank 0 of 2, alone"));
     CTS_CHECK(c.comm == NULL);
-    CTS_CHECKF(c.ms >= 0.9 * CC_FAIL_TIMEOUT_MS && c.ms <= CC_FAIL_TIMEOUT_MS + CC_SLACK_MS,
-               "the timeout of %u ms struck after %.0f ms", CC_FAIL_TIMEOUT_MS, c.ms);
+    CTS_CHECKF(c.ms >= 0.9 * CC_FAIL_TIMEOUT_MS, "the timeout of %u ms struck after %.0f ms",
+               CC_FAIL_TIMEOUT_MS, c.ms);
     return CTS_PASS;
 }
 
@@ -372,9 +371,6 @@ int cts_comm_init_nranks_mismatch(cts_ctx_t *ctx)
     CTS_CHECK(expect_init(&calls[1], HAL_ERROR_INVALID_ARGUMENT, "rank 1 with nranks 3"));
     CTS_CHECKF(calls[0].status != HAL_OK, "rank 0 with nranks 2 joined a job with a rank that "
                                           "says nranks 3");
-    for (int i = 0; i < 2; i++)
-        CTS_CHECKF(calls[i].ms <= CC_FAIL_TIMEOUT_MS + CC_SLACK_MS,
-                   "rank %d reported the mismatch after %.0f ms", i, calls[i].ms);
     return CTS_PASS;
 }
 
@@ -443,10 +439,6 @@ int cts_comm_init_impostor_refused(cts_ctx_t *ctx)
     if (!expect_init(&calls[1], HAL_ERROR_PERMISSION_DENIED, "the impostor") ||
         !expect_init(&calls[0], HAL_OK, "rank 0") || !expect_init(&calls[2], HAL_OK, "rank 1"))
         rc = CTS_FAIL;
-    if (calls[1].ms > CC_FAIL_TIMEOUT_MS + CC_SLACK_MS) {
-        cts_failf(__FILE__, __LINE__, "the impostor was refused only after %.0f ms", calls[1].ms);
-        rc = CTS_FAIL;
-    }
     init_calls_destroy(calls, 3);
     return rc;
 }
@@ -695,7 +687,8 @@ int cts_comm_store_rendezvous_3(cts_ctx_t *ctx)
     return store_job(ctx, 3);
 }
 
-/* A store whose callbacks fail fails the init, promptly and with the store's status. */
+/* A store whose callbacks fail fails the init with the store's status (not with the timeout's,
+ * HAL_ERROR_TIMEOUT, after 20 s). */
 int cts_comm_store_failure(cts_ctx_t *ctx)
 {
     kv_store_t kv;
@@ -714,7 +707,6 @@ int cts_comm_store_failure(cts_ctx_t *ctx)
     kv_destroy(&kv);
     CTS_CHECK(expect_init(&c, HAL_ERROR_REMOTE, "rank 0 with a failing store"));
     CTS_CHECK(calls > 0);
-    CTS_CHECKF(c.ms < CC_SLACK_MS, "the store's failure was reported after %.0f ms", c.ms);
     return CTS_PASS;
 }
 
@@ -741,11 +733,11 @@ int cts_comm_init_nonblocking_times_out(cts_ctx_t *ctx)
     }
     hal_status_t async = HAL_IN_PROGRESS;
     while (CTS_EXPECT_OK(hal_comm_get_async_error(comm, &async)) && async == HAL_IN_PROGRESS &&
-           cts_now_ms() - t0 < CC_FAIL_TIMEOUT_MS + CC_SLACK_MS)
+           cts_now_ms() - t0 < CC_HANG_MS)
         cts_sleep_ms(1);
     double ms = cts_now_ms() - t0;
     if (!CTS_EXPECT_STATUS(async, HAL_ERROR_TIMEOUT) ||
-        !CTS_EXPECT(ms >= 0.9 * CC_FAIL_TIMEOUT_MS && ms <= CC_FAIL_TIMEOUT_MS + CC_SLACK_MS) ||
+        !CTS_EXPECT(ms >= 0.9 * CC_FAIL_TIMEOUT_MS) || /* not before the timeout */
         !CTS_EXPECT_STATUS(hal_comm_finalize(comm), HAL_ERROR_TIMEOUT))
         rc = CTS_FAIL;
     if (async == HAL_IN_PROGRESS)
@@ -756,8 +748,8 @@ int cts_comm_init_nonblocking_times_out(cts_ctx_t *ctx)
     return rc;
 }
 
-/* hal_comm_abort during a non-blocking init: the rendezvous stops at once with
- * HAL_ERROR_ABORTED. */
+/* hal_comm_abort during a non-blocking init: the rendezvous stops with HAL_ERROR_ABORTED (its
+ * timeout, 20 s, would say HAL_ERROR_TIMEOUT). */
 int cts_comm_init_nonblocking_abort(cts_ctx_t *ctx)
 {
     kv_store_t kv;
@@ -782,15 +774,13 @@ int cts_comm_init_nonblocking_abort(cts_ctx_t *ctx)
         rc = CTS_FAIL;
     hal_status_t async = HAL_IN_PROGRESS;
     while (CTS_EXPECT_OK(hal_comm_get_async_error(comm, &async)) && async == HAL_IN_PROGRESS &&
-           cts_now_ms() - t0 < CC_SLACK_MS)
+           cts_now_ms() - t0 < CC_HANG_MS)
         cts_sleep_ms(1);
     if (!CTS_EXPECT_STATUS(async, HAL_ERROR_ABORTED))
         rc = CTS_FAIL;
     /* An abort the application asked for: destroy may report it or not. */
     if (!CTS_EXPECT_STATUS2(hal_comm_destroy(comm), HAL_OK, HAL_ERROR_ABORTED))
         rc = CTS_FAIL;
-    CTS_CHECKF(cts_now_ms() - t0 < CC_SLACK_MS, "aborting the rendezvous took %.0f ms",
-               cts_now_ms() - t0);
     kv_destroy(&kv);
     return rc;
 }
@@ -817,19 +807,19 @@ static int waits_for_queued(cts_ctx_t *ctx, bool destroy)
         cts_gate_open_later(ctx, gate, 300) != 0)
         rc = CTS_FAIL;
     if (rc == CTS_PASS) {
-        double t0 = cts_now_ms();
         hal_status_t st =
             destroy ? hal_comm_destroy(job.comms[0]) : hal_comm_finalize(job.comms[0]);
-        double ms = cts_now_ms() - t0;
+        /* Read before anything else can open the gate: the allreduce runs only after it. */
+        bool gate_done = cts_gate_done(gate);
         if (destroy)
             job.comms[0] = NULL;
         if (!CTS_EXPECT_OK(st))
             rc = CTS_FAIL;
-        else if (ms < 250) {
+        else if (!gate_done) {
             cts_failf(__FILE__, __LINE__,
-                      "%s returned after %.0f ms, before the allreduce queued behind a gate "
-                      "(opened after 300 ms) ran",
-                      destroy ? "hal_comm_destroy" : "hal_comm_finalize", ms);
+                      "%s returned before the allreduce queued behind a gate (opened after "
+                      "300 ms) ran",
+                      destroy ? "hal_comm_destroy" : "hal_comm_finalize");
             rc = CTS_FAIL;
         }
     }

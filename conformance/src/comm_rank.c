@@ -31,13 +31,13 @@ extern char **environ;
 /* Reported failures per rank; the rest are counted. */
 #define CC_MAX_REPORTS 20
 /* Exit statuses of a rank process. */
-enum { CC_EXIT_PASS = 0, CC_EXIT_FAIL = 1, CC_EXIT_USAGE = 2, CC_EXIT_SKIP = 3 };
+enum { CC_EXIT_PASS = 0, CC_EXIT_FAIL = 1, CC_EXIT_USAGE = 2, CC_EXIT_NO_BACKEND = 3 };
 /* Record types on the socket. */
-#define CC_REC_FAIL  'F'
-#define CC_REC_SKIP  'S'
-#define CC_REC_READY 'R'
-#define CC_REC_END   '\x1e'
-#define CC_REC_SEP   '\x1f'
+#define CC_REC_FAIL       'F'
+#define CC_REC_NO_BACKEND 'S'
+#define CC_REC_READY      'R'
+#define CC_REC_END        '\x1e'
+#define CC_REC_SEP        '\x1f'
 
 static const cc_scenario_t *const process_scenarios[] = {
     &cc_scenario_sweep, &cc_scenario_p2p,      &cc_scenario_barrier,
@@ -280,8 +280,7 @@ typedef struct child {
     size_t len, cap;
     bool exited, timed_out;
     int wstatus;
-    double exit_ms;
-    bool ready, skipped;
+    bool ready, no_backend;
 } child_t;
 
 typedef struct pending_failure {
@@ -296,8 +295,8 @@ typedef struct proc_job {
     child_t *children;
     pending_failure_t *failures;
     size_t nfailures, cap_failures;
-    char skip_reason[CTS_REASON_MAX];
-    bool skip;
+    char no_backend_reason[CTS_REASON_MAX];
+    bool no_backend; /* a rank could not open the backend */
 } proc_job_t;
 
 static void add_failure(proc_job_t *pj, const char *file, int line, const char *text)
@@ -340,11 +339,11 @@ static void parse_records(proc_job_t *pj, int rank)
         const char *text = sep2 + 1;
         if (type == CC_REC_READY) {
             c->ready = true;
-        } else if (type == CC_REC_SKIP) {
-            c->skipped = true;
-            if (!pj->skip) {
-                pj->skip = true;
-                snprintf(pj->skip_reason, sizeof(pj->skip_reason), "%s", text);
+        } else if (type == CC_REC_NO_BACKEND) {
+            c->no_backend = true;
+            if (!pj->no_backend) {
+                pj->no_backend = true;
+                snprintf(pj->no_backend_reason, sizeof(pj->no_backend_reason), "%s", text);
             }
         } else {
             add_failure(pj, file, line, text);
@@ -548,7 +547,6 @@ static int run_processes(cts_ctx_t *ctx, const cc_job_t *job)
         kill_all(&pj);
 
     double start = cts_now_ms(), deadline = start + CC_JOB_DEADLINE_MS, kill_at = 0;
-    double killed_ms = 0;
     bool victim_killed = false;
     for (;;) {
         int alive = 0;
@@ -574,13 +572,11 @@ static int run_processes(cts_ctx_t *ctx, const cc_job_t *job)
             if (c->pid <= 0 || c->exited)
                 continue;
             pid_t w = waitpid(c->pid, &c->wstatus, WNOHANG);
-            if (w == c->pid) {
+            if (w == c->pid)
                 c->exited = true;
-                c->exit_ms = cts_now_ms();
-            }
         }
         double now = cts_now_ms();
-        if (pj.skip) /* a rank cannot run here: do not let the others wait for it */
+        if (pj.no_backend) /* a rank cannot run here: do not let the others wait for it */
             kill_all(&pj);
         if (job->kill_rank >= 0 && !victim_killed) {
             bool all_ready = true;
@@ -593,7 +589,6 @@ static int run_processes(cts_ctx_t *ctx, const cc_job_t *job)
                 if (v->pid > 0 && !v->exited)
                     kill(v->pid, SIGKILL);
                 victim_killed = true;
-                killed_ms = cts_now_ms();
             }
         }
         if (now > deadline) {
@@ -609,7 +604,6 @@ static int run_processes(cts_ctx_t *ctx, const cc_job_t *job)
                 if (c->pid > 0 && !c->exited) {
                     waitpid(c->pid, &c->wstatus, 0);
                     c->exited = true;
-                    c->exit_ms = cts_now_ms();
                 }
                 if (c->fd >= 0) {
                     read_child(&pj, i);
@@ -623,8 +617,10 @@ static int run_processes(cts_ctx_t *ctx, const cc_job_t *job)
         }
     }
 
-    if (pj.skip) {
-        rc = cts_skip(ctx, "%s", pj.skip_reason);
+    if (pj.no_backend) {
+        /* The test asked for rank processes on this backend: one that cannot open it fails. */
+        cts_failf(__FILE__, __LINE__, "%s", pj.no_backend_reason);
+        rc = CTS_FAIL;
     } else {
         for (size_t i = 0; i < pj.nfailures; i++)
             cts_harness_report(pj.failures[i].file, pj.failures[i].line, pj.failures[i].text);
@@ -661,19 +657,10 @@ static int run_processes(cts_ctx_t *ctx, const cc_job_t *job)
                     cts_failf(__FILE__, __LINE__, "rank %d (process %ld) exited with status %d", i,
                               (long)c->pid, WEXITSTATUS(c->wstatus));
                 rc = CTS_FAIL;
-            } else if (victim_killed && i != job->kill_rank) {
-                /* Survivors: they time their own failure report; this bounds the whole exit. */
-                double late = c->exit_ms - killed_ms;
-                uint32_t budget =
-                    (job->timeout_ms ? job->timeout_ms : CC_TIMEOUT_MS) + 2 * CC_SLACK_MS;
-                if (late > budget) {
-                    cts_failf(__FILE__, __LINE__,
-                              "surviving rank %d exited %.0f ms after its peer was killed "
-                              "(timeout %u ms + slack)",
-                              i, late, job->timeout_ms);
-                    rc = CTS_FAIL;
-                }
             }
+            /* Survivors of a killed rank report their status; a survivor that hangs instead is
+             * killed at the job's deadline and fails above. How soon they exit is not checked:
+             * a loaded machine decides that. */
         }
     }
     for (size_t i = 0; i < pj.nfailures; i++)
@@ -683,7 +670,7 @@ static int run_processes(cts_ctx_t *ctx, const cc_job_t *job)
         free(pj.children[i].buf);
     free(pj.children);
     if (have_shm) {
-        if (!pj.skip && !shm_check_no_growth(&before))
+        if (!pj.no_backend && !shm_check_no_growth(&before))
             rc = CTS_FAIL;
         shm_list_free(&before);
     }
@@ -782,8 +769,8 @@ int cts_comm_rank_main(int argc, char **argv)
                  "whose devices belong to one process at a time need devices left free for the "
                  "rank processes; see conformance/README.md)",
                  backend_name, hal_status_string(st), hal_last_error_message());
-        channel_record(CC_CHANNEL_FD, CC_REC_SKIP, "", 0, msg);
-        return CC_EXIT_SKIP;
+        channel_record(CC_CHANNEL_FD, CC_REC_NO_BACKEND, "", 0, msg);
+        return CC_EXIT_NO_BACKEND;
     }
     if (CC_EXPECT_OK(&r, hal_device_count(r.backend, &r.device_count)) && r.device_count > 0) {
         r.device_index = (base + (uint32_t)rank) % r.device_count;

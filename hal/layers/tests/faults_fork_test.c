@@ -24,7 +24,6 @@ typedef struct result {
     int completed;        /* collectives that succeeded */
     hal_status_t failure; /* the first failure (HAL_OK: none) */
     hal_status_t async;   /* hal_comm_get_async_error afterwards */
-    double fail_ms;       /* how long the failing step took */
     uint8_t nonce[16];    /* rank 0: the job nonce, to look for its segments */
 } result_t;
 
@@ -79,13 +78,11 @@ static void child(job_t *job, int rank, const char *spec)
     for (int step = 0; step < STEPS; step++) {
         for (int i = 0; i < 1024; i++)
             buf[i] = (float)(rank + 1);
-        double t0 = lt_now_ms();
         hal_status_t st = hal_allreduce(buf, buf, 1024, HAL_DTYPE_F32, HAL_REDOP_SUM, comm, s);
         if (st == HAL_OK)
             st = hal_stream_synchronize(s);
         if (st != HAL_OK) {
             res.failure = st;
-            res.fail_ms = lt_now_ms() - t0;
             break;
         }
         CHILD_CHECK(buf[0] == 6.0f && buf[1023] == 6.0f);
@@ -207,7 +204,6 @@ CTEST(faults_fork, peer_death_is_seen_by_the_survivors)
             return CTEST_FAIL;
         }
         CTEST_CHECK(res[r].async == res[r].failure);
-        CTEST_CHECK(res[r].fail_ms < TIMEOUT_MS + 4000);
     }
     /* The survivors destroyed their communicators: nothing of the job is left in /dev/shm. */
     CTEST_CHECK(segments_left(res[0].nonce) == 0);
@@ -226,7 +222,6 @@ CTEST(faults_fork, collective_timeout_across_processes)
     CTEST_CHECK(log_contains(logs[1], "kind=coll_timeout"));
     for (int r = 0; r < NRANKS; r += 2) {
         CTEST_CHECK(res[r].failure == HAL_ERROR_REMOTE || res[r].failure == HAL_ERROR_TIMEOUT);
-        CTEST_CHECK(res[r].fail_ms < TIMEOUT_MS + 4000);
     }
     CTEST_CHECK(segments_left(res[0].nonce) == 0);
     return CTEST_PASS;

@@ -187,7 +187,9 @@ CTEST(faults, collective_timeout)
     lt_job_t job;
     float *buf[2];
     CHECK_STATUS(lt_open("cpu", "faults", "coll_timeout:after=1,rank=1", &b), HAL_OK);
-    CHECK_STATUS(lt_job_open(b, 2, 10000, &job), HAL_OK);
+    /* A timeout longer than this test's own (Bazel's moderate, 300 s): rank 0 fails in time only
+     * if it is told of rank 1's failure instead of waiting it out. */
+    CHECK_STATUS(lt_job_open(b, 2, 600000, &job), HAL_OK);
     for (int r = 0; r < 2; r++)
         CHECK_STATUS(hal_mem_alloc(job.dev[r], HAL_MEM_KIND_DEVICE, 256, 0, (void **)&buf[r]),
                      HAL_OK);
@@ -196,12 +198,10 @@ CTEST(faults, collective_timeout)
             CHECK_STATUS(hal_allreduce(buf[r], buf[r], 16, HAL_DTYPE_F32, HAL_REDOP_SUM,
                                        job.comm[r], job.stream[r]),
                          HAL_OK);
-    double start = lt_now_ms();
     CHECK_STATUS(hal_stream_synchronize(job.stream[1]), HAL_ERROR_TIMEOUT);
     CHECK_MESSAGE("injected collective timeout on rank 1 of 2");
     hal_status_t st0 = hal_stream_synchronize(job.stream[0]);
     CTEST_CHECK(st0 == HAL_ERROR_REMOTE || st0 == HAL_ERROR_TIMEOUT);
-    CTEST_CHECK(lt_now_ms() - start < 8000); /* the peer was told, it did not wait it out */
     hal_status_t async;
     CHECK_STATUS(hal_comm_get_async_error(job.comm[1], &async), HAL_OK);
     CTEST_CHECK(async == HAL_ERROR_TIMEOUT);

@@ -203,7 +203,6 @@ static void killed_peer_child(job_t *job, int rank)
     fprintf(stderr, "rank %d: %s after %lld ms: %s\n", rank, hal_status_string(st), (long long)took,
             hal_last_error_message());
     CHILD_CHECK(st == HAL_ERROR_REMOTE || st == HAL_ERROR_TIMEOUT);
-    CHILD_CHECK(took <= TEST_TIMEOUT_MS + SLACK_MS);
     hal_bootstrap_destroy(b);
 }
 

@@ -17,9 +17,10 @@
 #include "hal/src/comm/bootstrap_internal.h"
 #include "tools/ctest/ctest.h"
 
-/* Every job in these tests gives up after this long; checks allow SLACK_MS on top. */
+/* Every job in these tests gives up after this long. Checks never bound how late a failure
+ * comes (a loaded machine decides that); they check the status and that a timeout did not
+ * strike before its time. */
 #define TEST_TIMEOUT_MS 2000
-#define SLACK_MS        1500
 
 static inline int64_t test_now_ms(void)
 {

@@ -125,7 +125,6 @@ typedef struct kill_case {
     size_t count;     /* elements of the allreduce */
     int kill_after;   /* ms after rank 2 entered its own allreduce (-1: it never calls) */
     uint32_t timeout; /* engine timeout */
-    double max_ms;    /* survivors must fail within this */
 } kill_case_t;
 
 static void *killer(void *arg)
@@ -155,17 +154,12 @@ static int body_killed(et_rank_t *r)
         pthread_join(t, NULL); /* not reached if the kill came first */
         return 0;
     }
-    double t0 = et_now_ms();
     hal_status_t st = allreduce(r, buf, kc->count);
-    double ms = et_now_ms() - t0;
     if (st == HAL_OK && kc->kill_after >= 0)
         return 0; /* rank 2 finished its part before it died: nothing to detect */
     if (st != HAL_ERROR_REMOTE && st != HAL_ERROR_TIMEOUT)
         return ET_FAIL(r, "expected HAL_ERROR_REMOTE or HAL_ERROR_TIMEOUT, got %s: %s",
                        hal_status_string(st), hal_last_error_message());
-    if (ms > kc->max_ms)
-        return ET_FAIL(r, "took %.0f ms to notice the dead peer (limit %.0f): %s", ms, kc->max_ms,
-                       hal_last_error_message());
     /* Sticky. */
     ET_CHECK(r, allreduce(r, buf, 1) == st);
     return 0;
@@ -188,10 +182,11 @@ static int run_killed(const kill_case_t *kc, bool ipc, bool no_shm)
 
 CTEST(engine_fault, killed_peer_is_noticed_promptly)
 {
-    /* Timeout 20 s: detection must come from liveness checks, not the timeout. */
-    kill_case_t before = { 1, -1, 20000, 3000 };
+    /* An engine timeout longer than this test's own (Bazel's moderate, 300 s): detection must
+     * come from liveness checks, or the test times out. No bound on how soon. */
+    kill_case_t before = { 1, -1, 600000 };
     CTEST_CHECK(run_killed(&before, false, false) == CTEST_PASS);
-    kill_case_t during = { 8u << 20, 2, 20000, 3000 };
+    kill_case_t during = { 8u << 20, 2, 600000 };
     CTEST_CHECK(run_killed(&during, false, false) == CTEST_PASS);
     CTEST_CHECK(run_killed(&during, true, false) == CTEST_PASS);
     return CTEST_PASS;
@@ -199,7 +194,7 @@ CTEST(engine_fault, killed_peer_is_noticed_promptly)
 
 CTEST(engine_fault, killed_peer_tcp)
 {
-    kill_case_t before = { 1, -1, 3000, 3000 + 2000 };
+    kill_case_t before = { 1, -1, 3000 };
     return run_killed(&before, false, true);
 }
 
@@ -222,7 +217,7 @@ static int body_silent(et_rank_t *r)
     if (st != HAL_ERROR_TIMEOUT)
         return ET_FAIL(r, "expected HAL_ERROR_TIMEOUT, got %s: %s", hal_status_string(st),
                        hal_last_error_message());
-    if (ms < 300 || ms > 300 + 700)
+    if (ms < 300) /* never before the timeout; how much later is the machine's business */
         return ET_FAIL(r, "timed out after %.0f ms (timeout 300 ms)", ms);
     if (!strstr(hal_last_error_message(), "rank 1"))
         return ET_FAIL(r, "message does not name the silent rank: %s", hal_last_error_message());
@@ -270,15 +265,12 @@ static int body_abort(et_rank_t *r)
     abort_arg_t a = { r->comm, 100 };
     pthread_t t;
     pthread_create(&t, NULL, aborter, &a);
-    double t0 = et_now_ms();
     hal_status_t st = allreduce(r, buf, 1 << 20);
-    double ms = et_now_ms() - t0;
     pthread_join(t, NULL);
+    /* Not HAL_OK (the peer joins at 600 ms) and not a timeout: the abort released the call. */
     if (st != HAL_ERROR_ABORTED)
         return ET_FAIL(r, "expected HAL_ERROR_ABORTED, got %s: %s", hal_status_string(st),
                        hal_last_error_message());
-    if (ms > 100 + 150)
-        return ET_FAIL(r, "abort took effect after %.0f ms (abort at 100 ms)", ms);
     ET_CHECK(r, allreduce(r, buf, 1) == HAL_ERROR_ABORTED);
     hal_engine_abort(r->comm); /* idempotent */
     return 0;
@@ -324,10 +316,10 @@ static int body_left(et_rank_t *r)
         r->comm = NULL;
         return 0;
     }
-    double t0 = et_now_ms();
+    /* HAL_ERROR_REMOTE, not the timeout's (20 s) HAL_ERROR_TIMEOUT: the peer was told. */
     hal_status_t st = allreduce(r, &x, 1);
-    if (st != HAL_ERROR_REMOTE || et_now_ms() - t0 > 2000)
-        return ET_FAIL(r, "expected a prompt HAL_ERROR_REMOTE, got %s: %s", hal_status_string(st),
+    if (st != HAL_ERROR_REMOTE)
+        return ET_FAIL(r, "expected HAL_ERROR_REMOTE, got %s: %s", hal_status_string(st),
                        hal_last_error_message());
     return 0;
 }

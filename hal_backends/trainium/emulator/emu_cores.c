@@ -7,12 +7,17 @@
  * exclusively: a core owned by a live process makes nrt_init fail, and the cores come free when
  * the owner calls nrt_close or exits. Core indices seen by the process are relative to its set.
  *
- * Ownership is one lock file per physical core, "<instance>.nc<N>.lock", held with flock(2)
- * in NEURON_EMU_LOCK_DIR (default: "neuron-emu-<uid>" in $TMPDIR or the system temporary
- * directory, created with mode 0700). The kernel drops a flock when its last descriptor
- * closes, so a process that dies releases its cores without any clean-up. A logical core of
- * two physical cores (Trn2, LNC=2) locks both, so processes using different logical core sizes
- * still exclude each other correctly. The owner writes its pid into the file for diagnostics. */
+ * Ownership is one lock file per physical core, "<instance type>.nc<N>.lock", held with
+ * flock(2) in the directory of the emulated machine: NEURON_EMU_LOCK_DIR (default:
+ * "neuron-emu-<uid>" in $TMPDIR or the system temporary directory, created with mode 0700), or,
+ * when NEURON_EMU_INSTANCE_ID names a machine, its subdirectory of that name. Processes with the
+ * same lock directory and instance id share one machine's cores and exclude each other, as the
+ * processes of one Trainium instance do; other ids are other machines, so independent jobs (test
+ * runs, each with an id of its own) never take each other's cores. The kernel drops a flock when
+ * its last descriptor closes, so a process that dies releases its cores without any clean-up. A
+ * logical core of two physical cores (Trn2, LNC=2) locks both, so processes using different
+ * logical core sizes still exclude each other correctly. The owner writes its pid into the file
+ * for diagnostics. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -113,7 +118,32 @@ NRT_STATUS emu_cores_parse(const char *api, const emu_platform_t *p, emu_core_re
 
 /* ---- Lock files ---- */
 
-static int open_lock_dir(const char *api)
+/* The directory holding one emulated machine's lock files, and how to name it in messages. */
+typedef struct lock_scope {
+    int dirfd;
+    char where[PATH_MAX + 128];
+} lock_scope_t;
+
+#define INSTANCE_ID_MAX 64
+
+/* NEURON_EMU_INSTANCE_ID becomes a directory name: letters, digits, '.', '_', '-', not starting
+ * with '.', at most INSTANCE_ID_MAX characters. */
+static bool instance_id_valid(const char *id)
+{
+    size_t n = strlen(id);
+    if (n == 0 || n > INSTANCE_ID_MAX || id[0] == '.')
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = id[i];
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '.' || c == '_' || c == '-';
+        if (!ok)
+            return false;
+    }
+    return true;
+}
+
+static int open_lock_dir(const char *api, char *dir_out, size_t dir_size)
 {
     char path[PATH_MAX];
     const char *dir = emu_getenv("NEURON_EMU_LOCK_DIR");
@@ -128,6 +158,7 @@ static int open_lock_dir(const char *api)
         }
         dir = path;
     }
+    snprintf(dir_out, dir_size, "%s", dir);
     if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
         EMU_ERR(api, "cannot create the core lock directory %s: %s", dir, strerror(errno));
         return -1;
@@ -153,6 +184,49 @@ static int open_lock_dir(const char *api)
         return -1;
     }
     return fd;
+}
+
+/* Opens the lock directory of this process's emulated machine. NRT_INVALID for a malformed
+ * NEURON_EMU_INSTANCE_ID, NRT_FAILURE when a directory cannot be made or opened. */
+static NRT_STATUS open_scope(const char *api, lock_scope_t *scope)
+{
+    const char *id = emu_getenv("NEURON_EMU_INSTANCE_ID");
+    if (id != NULL && !instance_id_valid(id)) {
+        EMU_ERR(api,
+                "NEURON_EMU_INSTANCE_ID=%s is malformed: expected 1 to %d letters, digits, '.', "
+                "'_' or '-', not starting with '.'",
+                id, INSTANCE_ID_MAX);
+        return NRT_INVALID;
+    }
+    char dir[PATH_MAX];
+    int base = open_lock_dir(api, dir, sizeof(dir));
+    if (base < 0)
+        return NRT_FAILURE;
+    if (id == NULL) {
+        scope->dirfd = base;
+        snprintf(scope->where, sizeof(scope->where),
+                 "the default emulated instance (no NEURON_EMU_INSTANCE_ID), lock directory %s",
+                 dir);
+        return NRT_SUCCESS;
+    }
+    if (mkdirat(base, id, 0700) != 0 && errno != EEXIST) {
+        EMU_ERR(api, "cannot create the lock directory %s/%s of NEURON_EMU_INSTANCE_ID=%s: %s", dir,
+                id, id, strerror(errno));
+        close(base);
+        return NRT_FAILURE;
+    }
+    int fd = openat(base, id, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    int err = errno;
+    close(base);
+    if (fd < 0) {
+        EMU_ERR(api, "cannot open the lock directory %s/%s of NEURON_EMU_INSTANCE_ID=%s: %s", dir,
+                id, id, strerror(err));
+        return NRT_FAILURE;
+    }
+    scope->dirfd = fd;
+    snprintf(scope->where, sizeof(scope->where),
+             "emulated instance NEURON_EMU_INSTANCE_ID=%s, lock directory %s/%s", id, dir, id);
+    return NRT_SUCCESS;
 }
 
 static void lock_name(char *buf, size_t len, const emu_platform_t *p, uint32_t phys)
@@ -212,12 +286,14 @@ NRT_STATUS emu_cores_acquire(const char *api, const emu_platform_t *p,
                              const emu_core_request_t *req, uint32_t *first,
                              emu_core_locks_t *locks)
 {
-    int dirfd = open_lock_dir(api);
-    if (dirfd < 0)
-        return NRT_FAILURE;
+    lock_scope_t scope;
+    NRT_STATUS status = open_scope(api, &scope);
+    if (status != NRT_SUCCESS)
+        return status;
+    int dirfd = scope.dirfd;
     uint32_t busy_vnc = 0;
     long busy_pid = 0;
-    NRT_STATUS status = NRT_FAILURE;
+    status = NRT_FAILURE;
     if (req->kind == EMU_CORES_COUNT) {
         /* The first contiguous run of free cores, as many as requested. */
         for (uint32_t start = 0; start + req->count <= p->total_vnc; start++) {
@@ -231,8 +307,8 @@ NRT_STATUS emu_cores_acquire(const char *api, const emu_platform_t *p,
         if (status == NRT_EXEC_NC_BUSY)
             EMU_ERR(api,
                     "NeuronCore(s) not available - Requested:%u contiguous NeuronCores, other "
-                    "processes own the rest (NEURON_RT_NUM_CORES=%u)",
-                    req->count, req->count);
+                    "processes own the rest (NEURON_RT_NUM_CORES=%u; %s)",
+                    req->count, req->count, scope.where);
     } else {
         status = lock_range(api, dirfd, p, req->first, req->count, locks, &busy_vnc, &busy_pid);
         if (status == NRT_SUCCESS)
@@ -240,8 +316,8 @@ NRT_STATUS emu_cores_acquire(const char *api, const emu_platform_t *p,
         if (status == NRT_EXEC_NC_BUSY)
             EMU_ERR(api,
                     "NeuronCore(s) not available - Requested:nc%u-nc%u, nc%u is owned by process "
-                    "%ld",
-                    req->first, req->first + req->count - 1, busy_vnc, busy_pid);
+                    "%ld (%s)",
+                    req->first, req->first + req->count - 1, busy_vnc, busy_pid, scope.where);
     }
     close(dirfd);
     if (status == NRT_EXEC_NC_BUSY)

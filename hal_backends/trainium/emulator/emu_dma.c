@@ -7,7 +7,8 @@
  * or "12.5", "instance" for the documented DMA bandwidth of the emulated device (1000 for
  * Trn1/Inf2, 3500 for Trn2), or "0" for unlimited. The bandwidth belongs to a device and is
  * shared by its cores: transfers on one device are serialised on a timeline, each occupying it
- * for bytes / bandwidth, and a call returns when its slot ends. */
+ * for bytes / bandwidth, and a call returns when its slot ends. The model counts what it did
+ * (nrt_emu_get_dma_stats), so tests check it without measuring time. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -15,11 +16,13 @@
 #include <time.h>
 
 #include "hal_backends/trainium/emulator/emu_internal.h"
+#include "hal_backends/trainium/emulator/nrt_emu.h"
 
 static struct {
     _Atomic double bytes_per_ns; /* 0 = unlimited */
     pthread_mutex_t lock[EMU_MAX_CHIPS];
     uint64_t busy_until[EMU_MAX_CHIPS];
+    _Atomic uint64_t transfers, bytes, model_ns, waits; /* nrt_emu_get_dma_stats */
 } dma = { .lock = { [0 ... EMU_MAX_CHIPS - 1] = PTHREAD_MUTEX_INITIALIZER } };
 
 NRT_STATUS emu_dma_parse(const char *api, const emu_platform_t *p, double *bytes_per_ns)
@@ -47,9 +50,18 @@ NRT_STATUS emu_dma_parse(const char *api, const emu_platform_t *p, double *bytes
     return NRT_SUCCESS;
 }
 
+static void reset_counters(void)
+{
+    atomic_store(&dma.transfers, 0);
+    atomic_store(&dma.bytes, 0);
+    atomic_store(&dma.model_ns, 0);
+    atomic_store(&dma.waits, 0);
+}
+
 void emu_dma_commit(double bytes_per_ns)
 {
     atomic_store(&dma.bytes_per_ns, bytes_per_ns);
+    reset_counters();
     for (int i = 0; i < EMU_MAX_CHIPS; i++) {
         pthread_mutex_lock(&dma.lock[i]);
         dma.busy_until[i] = 0;
@@ -71,6 +83,9 @@ uint64_t emu_dma_begin(uint32_t chip, uint64_t bytes)
     uint64_t end = start + duration;
     dma.busy_until[c] = end;
     pthread_mutex_unlock(&dma.lock[c]);
+    atomic_fetch_add(&dma.transfers, 1);
+    atomic_fetch_add(&dma.bytes, bytes);
+    atomic_fetch_add(&dma.model_ns, duration);
     return end;
 }
 
@@ -82,6 +97,7 @@ void emu_dma_end(uint64_t deadline_ns)
                            .tv_nsec = (long)(deadline_ns % 1000000000u) };
     while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
     }
+    atomic_fetch_add(&dma.waits, 1);
 }
 
 void emu_dma_reset_after_fork(void)
@@ -90,4 +106,21 @@ void emu_dma_reset_after_fork(void)
         pthread_mutex_init(&dma.lock[i], NULL);
         dma.busy_until[i] = 0;
     }
+    reset_counters();
+}
+
+NRT_EMU_EXPORT NRT_STATUS nrt_emu_get_dma_stats(nrt_emu_dma_stats_t *stats, size_t size)
+{
+    if (stats == NULL || size < sizeof(uint64_t)) {
+        EMU_ERR("nrt_emu_get_dma_stats", "stats is NULL or size %zu is below 8", size);
+        return NRT_INVALID;
+    }
+    nrt_emu_dma_stats_t now = {
+        .transfers = atomic_load(&dma.transfers),
+        .bytes = atomic_load(&dma.bytes),
+        .model_ns = atomic_load(&dma.model_ns),
+        .waits = atomic_load(&dma.waits),
+    };
+    memcpy(stats, &now, size < sizeof(now) ? size : sizeof(now));
+    return NRT_SUCCESS;
 }

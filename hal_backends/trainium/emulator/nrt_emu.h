@@ -18,6 +18,23 @@ extern "C" {
 typedef NRT_STATUS nrt_emu_set_fault_fn(const char *spec);
 nrt_emu_set_fault_fn nrt_emu_set_fault;
 
+/* What the DMA bandwidth model (NEURON_EMU_DMA_GBPS) did since the last nrt_init. Transfers that
+ * do not touch device memory, and every transfer while the bandwidth is unlimited, are not
+ * counted. */
+typedef struct nrt_emu_dma_stats {
+    uint64_t transfers; /* transfers given a slot on a device's DMA timeline */
+    uint64_t bytes;     /* the bytes of those transfers */
+    uint64_t model_ns;  /* the sum of their slots' lengths: bytes / bandwidth, rounded up */
+    uint64_t waits;     /* calls that returned only once their slot had ended */
+} nrt_emu_dma_stats_t;
+
+/* Copies the DMA model's counters into *stats, min(size, sizeof(*stats)) bytes of them (an older
+ * caller passes a smaller size). The counters restart at every nrt_init. Callable at any time,
+ * from any thread; a copy taken while transfers run on other threads may be between updates.
+ * Returns NRT_SUCCESS, or NRT_INVALID for a NULL stats or a size below 8 (nothing written). */
+typedef NRT_STATUS nrt_emu_get_dma_stats_fn(nrt_emu_dma_stats_t *stats, size_t size);
+nrt_emu_get_dma_stats_fn nrt_emu_get_dma_stats;
+
 #ifdef __cplusplus
 }
 #endif

@@ -189,6 +189,7 @@ typedef struct {
     const char *num;
     const char *lnc;
     NRT_STATUS expected;
+    const char *instance_id; /* NEURON_EMU_INSTANCE_ID; NULL: the parent's */
 } child_init_t;
 
 /* In a child: nrt_init with the given cores; exit 0 if the status is the expected one. */
@@ -203,6 +204,8 @@ static int child_init(void *arg)
         setenv("NEURON_RT_NUM_CORES", c->num, 1);
     if (c->lnc != NULL)
         setenv("NEURON_LOGICAL_NC_CONFIG", c->lnc, 1);
+    if (c->instance_id != NULL)
+        setenv("NEURON_EMU_INSTANCE_ID", c->instance_id, 1);
     NRT_STATUS status = nrt_test_init(&api);
     if (status != c->expected) {
         fprintf(stderr, "child: nrt_init returned %d, expected %d\n", (int)status,
@@ -218,25 +221,25 @@ CTEST(nrt_cores, a_core_has_one_owner_until_close)
     setenv("NEURON_RT_VISIBLE_CORES", "1-2", 1);
     CTEST_CHECK(nrt_test_init(&api) == NRT_SUCCESS);
     /* The child starts uninitialised and must not get a core the parent owns... */
-    child_init_t overlap = { "2-3", NULL, NULL, NRT_FAILURE };
+    child_init_t overlap = { "2-3", NULL, NULL, NRT_FAILURE, NULL };
     CTEST_CHECK(nrt_test_in_child(child_init, &overlap) == 0);
-    child_init_t same = { "1", NULL, NULL, NRT_FAILURE };
+    child_init_t same = { "1", NULL, NULL, NRT_FAILURE, NULL };
     CTEST_CHECK(nrt_test_in_child(child_init, &same) == 0);
-    child_init_t all = { NULL, NULL, NULL, NRT_FAILURE };
+    child_init_t all = { NULL, NULL, NULL, NRT_FAILURE, NULL };
     CTEST_CHECK(nrt_test_in_child(child_init, &all) == 0);
     /* ...but may take others; NUM_CORES picks the first free contiguous run. */
-    child_init_t other = { "3-4", NULL, NULL, NRT_SUCCESS };
+    child_init_t other = { "3-4", NULL, NULL, NRT_SUCCESS, NULL };
     CTEST_CHECK(nrt_test_in_child(child_init, &other) == 0);
-    child_init_t count = { NULL, "2", NULL, NRT_SUCCESS };
+    child_init_t count = { NULL, "2", NULL, NRT_SUCCESS, NULL };
     CTEST_CHECK(nrt_test_in_child(child_init, &count) == 0);
-    child_init_t too_many = { NULL, "31", NULL, NRT_FAILURE };
+    child_init_t too_many = { NULL, "31", NULL, NRT_FAILURE, NULL };
     CTEST_CHECK(nrt_test_in_child(child_init, &too_many) == 0);
     /* The parent's forked copy dropping its inherited lock files left the parent owner. */
     CTEST_CHECK(nrt_test_in_child(child_init, &same) == 0);
     api.close();
-    child_init_t after = { "1-3", NULL, NULL, NRT_SUCCESS };
+    child_init_t after = { "1-3", NULL, NULL, NRT_SUCCESS, NULL };
     CTEST_CHECK(nrt_test_in_child(child_init, &after) == 0);
-    child_init_t everything = { NULL, NULL, NULL, NRT_SUCCESS };
+    child_init_t everything = { NULL, NULL, NULL, NRT_SUCCESS, NULL };
     CTEST_CHECK(nrt_test_in_child(child_init, &everything) == 0);
     nrt_test_close(&api);
     return CTEST_PASS;
@@ -287,11 +290,11 @@ CTEST(nrt_cores, logical_cores_lock_their_physical_cores)
     setenv("NEURON_EMU_INSTANCE", "trn2.48xlarge", 1);
     setenv("NEURON_RT_VISIBLE_CORES", "0", 1); /* LNC=2: physical cores 0 and 1 */
     CTEST_CHECK(nrt_test_init(&api) == NRT_SUCCESS);
-    child_init_t phys1 = { "1", NULL, "1", NRT_FAILURE }; /* LNC=1 core 1 = physical 1 */
+    child_init_t phys1 = { "1", NULL, "1", NRT_FAILURE, NULL }; /* LNC=1 core 1 = physical 1 */
     CTEST_CHECK(nrt_test_in_child(child_init, &phys1) == 0);
-    child_init_t phys2 = { "2", NULL, "1", NRT_SUCCESS };
+    child_init_t phys2 = { "2", NULL, "1", NRT_SUCCESS, NULL };
     CTEST_CHECK(nrt_test_in_child(child_init, &phys2) == 0);
-    child_init_t lnc2 = { "1", NULL, "2", NRT_SUCCESS }; /* physical 2 and 3 */
+    child_init_t lnc2 = { "1", NULL, "2", NRT_SUCCESS, NULL }; /* physical 2 and 3 */
     CTEST_CHECK(nrt_test_in_child(child_init, &lnc2) == 0);
     nrt_test_close(&api);
     return CTEST_PASS;
@@ -339,5 +342,125 @@ CTEST(nrt_cores, default_lock_directory_is_private)
     nrt_test_close(&api);
     CTEST_CHECK(lockfile_exists && chmod_ok);
     CTEST_CHECK(refused == NRT_FAILURE);
+    return CTEST_PASS;
+}
+
+/* ---- emulated instances (NEURON_EMU_INSTANCE_ID) ---- */
+
+/* Separate emulated machines own their cores independently, as separate Trainium instances do;
+ * the processes of one machine still exclude each other. */
+CTEST(nrt_cores, instances_own_their_cores_independently)
+{
+    CTEST_CHECK(nrt_test_open(&api));
+    if (!nrt_test_is_emulator(&api)) {
+        nrt_test_close(&api);
+        CTEST_SKIP("emulated instances");
+    }
+    setenv("NEURON_EMU_INSTANCE_ID", "machine-a", 1);
+    setenv("NEURON_RT_VISIBLE_CORES", "0", 1);
+    CTEST_CHECK(nrt_test_init(&api) == NRT_SUCCESS);
+    /* Another process of machine-a cannot have core 0, or all the cores... */
+    child_init_t same = { "0", NULL, NULL, NRT_FAILURE, "machine-a" };
+    CTEST_CHECK(nrt_test_in_child(child_init, &same) == 0);
+    child_init_t all = { NULL, NULL, NULL, NRT_FAILURE, "machine-a" };
+    CTEST_CHECK(nrt_test_in_child(child_init, &all) == 0);
+    child_init_t next = { NULL, "1", NULL, NRT_SUCCESS, "machine-a" };
+    CTEST_CHECK(nrt_test_in_child(child_init, &next) == 0);
+    /* ...but core 0 of another machine, and of the default one, is free. */
+    child_init_t other = { "0", NULL, NULL, NRT_SUCCESS, "machine-b" };
+    CTEST_CHECK(nrt_test_in_child(child_init, &other) == 0);
+    child_init_t other_all = { NULL, NULL, NULL, NRT_SUCCESS, "machine-b" };
+    CTEST_CHECK(nrt_test_in_child(child_init, &other_all) == 0);
+    child_init_t unset = { "0", NULL, NULL, NRT_SUCCESS, "" }; /* empty counts as unset */
+    CTEST_CHECK(nrt_test_in_child(child_init, &unset) == 0);
+    /* Each machine's locks live in its own directory below the lock directory. */
+    char lock_dir[512], path[1024];
+    if (getenv("NEURON_EMU_LOCK_DIR") != NULL)
+        snprintf(lock_dir, sizeof(lock_dir), "%s", getenv("NEURON_EMU_LOCK_DIR"));
+    else
+        snprintf(lock_dir, sizeof(lock_dir), "%s/neuron-emu-%lu",
+                 getenv("TMPDIR") != NULL ? getenv("TMPDIR") : P_tmpdir, (unsigned long)geteuid());
+    struct stat st;
+    snprintf(path, sizeof(path), "%s/machine-a/trn1.32xlarge.nc0.lock", lock_dir);
+    CTEST_CHECK(stat(path, &st) == 0);
+    snprintf(path, sizeof(path), "%s/machine-b", lock_dir);
+    CTEST_CHECK(stat(path, &st) == 0 && S_ISDIR(st.st_mode) && (st.st_mode & 0777) == 0700);
+    nrt_test_close(&api);
+    return CTEST_PASS;
+}
+
+/* Two processes of one machine, both holding cores: the second's refusal names the owner and
+ * the machine, so a user sees whose cores they are and how to get a machine of their own. */
+static int child_busy_message(void *arg)
+{
+    (void)arg;
+    setenv("NEURON_RT_VISIBLE_CORES", "0", 1);
+    setenv("NEURON_EMU_INSTANCE_ID", "machine-a", 1);
+    nrt_test_stderr_begin();
+    NRT_STATUS status = nrt_test_init(&api);
+    const char *err = nrt_test_stderr_end();
+    char owner[64];
+    snprintf(owner, sizeof(owner), "owned by process %ld", (long)getppid());
+    return status == NRT_FAILURE && strstr(err, owner) != NULL &&
+                   strstr(err, "NEURON_EMU_INSTANCE_ID=machine-a") != NULL
+               ? 0
+               : 1;
+}
+
+CTEST(nrt_cores, a_busy_core_names_its_owner_and_instance)
+{
+    CTEST_CHECK(nrt_test_open(&api));
+    if (!nrt_test_is_emulator(&api)) {
+        nrt_test_close(&api);
+        CTEST_SKIP("emulated instances");
+    }
+    setenv("NEURON_EMU_INSTANCE_ID", "machine-a", 1);
+    setenv("NEURON_RT_VISIBLE_CORES", "0", 1);
+    CTEST_CHECK(nrt_test_init(&api) == NRT_SUCCESS);
+    CTEST_CHECK(nrt_test_in_child(child_busy_message, NULL) == 0);
+    nrt_test_close(&api);
+    return CTEST_PASS;
+}
+
+CTEST(nrt_cores, malformed_instance_ids_are_rejected)
+{
+    static const char *const bad[] = {
+        ".",
+        "..",
+        ".hidden",
+        "a/b",
+        "../escape",
+        "a b",
+        "tab\t",
+        "\xc3\xbc",
+        "x123456789x123456789x123456789x123456789x123456789x123456789x1234", /* 65 */
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        CTEST_CHECK(nrt_test_open(&api));
+        if (!nrt_test_is_emulator(&api)) {
+            nrt_test_close(&api);
+            CTEST_SKIP("emulated instances");
+        }
+        setenv("NEURON_RT_VISIBLE_CORES", "0", 1);
+        setenv("NEURON_EMU_INSTANCE_ID", bad[i], 1);
+        nrt_test_stderr_begin();
+        NRT_STATUS status = nrt_test_init(&api);
+        const char *err = nrt_test_stderr_end();
+        if (status != NRT_INVALID)
+            fprintf(stderr, "NEURON_EMU_INSTANCE_ID=\"%s\" was accepted\n", bad[i]);
+        CTEST_CHECK(status == NRT_INVALID);
+        CTEST_CHECK(strstr(err, "NEURON_EMU_INSTANCE_ID") != NULL);
+        nrt_test_close(&api);
+    }
+    /* The longest id, and every allowed character. */
+    CTEST_CHECK(nrt_test_open(&api));
+    setenv("NEURON_RT_VISIBLE_CORES", "0", 1);
+    setenv("NEURON_EMU_INSTANCE_ID",
+           "x123456789x123456789x123456789x123456789x123456789x123456789x123", 1);
+    CTEST_CHECK(nrt_test_init(&api) == NRT_SUCCESS);
+    api.close();
+    setenv("NEURON_EMU_INSTANCE_ID", "Az09._-z", 1);
+    CTEST_CHECK(nrt_test_init(&api) == NRT_SUCCESS);
+    nrt_test_close(&api);
     return CTEST_PASS;
 }

@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "hal_backends/trainium/emulator/tests/nrt_test_util.h"
 #include "tools/ctest/ctest.h"
@@ -205,13 +204,18 @@ CTEST(nrt_faults, malformed_specs_are_rejected_loudly)
     return CTEST_PASS;
 }
 
-static double seconds_since(const struct timespec *t0)
+static nrt_emu_dma_stats_t dma_stats(void)
 {
-    struct timespec t1;
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    return (double)(t1.tv_sec - t0->tv_sec) + (double)(t1.tv_nsec - t0->tv_nsec) / 1e9;
+    nrt_emu_dma_stats_t stats;
+    memset(&stats, 0xff, sizeof(stats));
+    if (api.emu_get_dma_stats(&stats, sizeof(stats)) != NRT_SUCCESS)
+        memset(&stats, 0xff, sizeof(stats));
+    return stats;
 }
 
+/* The bandwidth model is checked through its counters, never with a clock: every transfer
+ * touching device memory gets a slot of bytes / bandwidth on the device's timeline and its call
+ * waits for the slot's end; host-only transfers and an unlimited bandwidth get no slot. */
 CTEST(nrt_faults, dma_bandwidth_model)
 {
     CTEST_CHECK(nrt_test_open(&api));
@@ -219,10 +223,15 @@ CTEST(nrt_faults, dma_bandwidth_model)
         nrt_test_close(&api);
         CTEST_SKIP("NEURON_EMU_DMA_GBPS is an emulator setting");
     }
+    CTEST_CHECK(api.emu_get_dma_stats != NULL);
     setenv("NEURON_RT_VISIBLE_CORES", "0-2", 1);
-    setenv("NEURON_EMU_DMA_GBPS", "0.1", 1); /* 0.1 GB/s: 4 MB take 40 ms */
+    setenv("NEURON_EMU_DMA_GBPS", "0.125", 1); /* 0.125 bytes/ns: 4 MB take 32 ms exactly */
     CTEST_CHECK(nrt_test_init(&api) == NRT_SUCCESS);
     const size_t size = 4000000;
+    const uint64_t slot_ns = 32000000;
+    nrt_emu_dma_stats_t stats = dma_stats();
+    CTEST_CHECK(stats.transfers == 0 && stats.bytes == 0 && stats.model_ns == 0 &&
+                stats.waits == 0);
     nrt_tensor_t *d = NULL, *d2 = NULL, *h = NULL, *h2 = NULL;
     CTEST_CHECK(api.tensor_allocate(DEV, 0, size, "d", &d) == NRT_SUCCESS);
     CTEST_CHECK(api.tensor_allocate(DEV, 0, size, "d2", &d2) == NRT_SUCCESS);
@@ -232,23 +241,47 @@ CTEST(nrt_faults, dma_bandwidth_model)
                 NRT_SUCCESS);
     unsigned char *buf = calloc(1, size);
     CTEST_CHECK(buf != NULL);
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
     CTEST_CHECK(api.tensor_write(d, buf, 0, size) == NRT_SUCCESS);
     CTEST_CHECK(api.tensor_read(d, buf, 0, size) == NRT_SUCCESS);
     CTEST_CHECK(api.tensor_copy(d, 0, d2, 0, size) == NRT_SUCCESS);
     CTEST_CHECK(api.tensor_memset(d2, 0, 1, size) == NRT_SUCCESS);
-    CTEST_CHECK(seconds_since(&t0) >= 4 * 0.040); /* synchronous: each call waited */
+    /* Synchronous: each of the four calls had a slot and returned after it ended. */
+    stats = dma_stats();
+    CTEST_CHECK(stats.transfers == 4 && stats.waits == 4);
+    CTEST_CHECK(stats.bytes == 4 * (uint64_t)size && stats.model_ns == 4 * slot_ns);
     /* Host-only transfers are not throttled. */
-    clock_gettime(CLOCK_MONOTONIC, &t0);
     for (int i = 0; i < 8; i++)
         CTEST_CHECK(api.tensor_copy(h, 0, h2, 0, size) == NRT_SUCCESS);
-    CTEST_CHECK(seconds_since(&t0) < 8 * 0.040);
+    stats = dma_stats();
+    CTEST_CHECK(stats.transfers == 4 && stats.waits == 4 && stats.bytes == 4 * (uint64_t)size);
+    /* A host tensor copied to device memory is. */
+    CTEST_CHECK(api.tensor_copy(h, 0, d, 0, size) == NRT_SUCCESS);
+    stats = dma_stats();
+    CTEST_CHECK(stats.transfers == 5 && stats.waits == 5 && stats.model_ns == 5 * slot_ns);
+    /* Bad arguments: nothing written. */
+    nrt_emu_dma_stats_t untouched;
+    memset(&untouched, 0x5a, sizeof(untouched));
+    CTEST_CHECK(api.emu_get_dma_stats(NULL, sizeof(untouched)) == NRT_INVALID);
+    CTEST_CHECK(api.emu_get_dma_stats(&untouched, 7) == NRT_INVALID);
+    CTEST_CHECK(untouched.transfers == UINT64_C(0x5a5a5a5a5a5a5a5a));
+    /* An older caller's smaller struct gets only the fields it knows. */
+    CTEST_CHECK(api.emu_get_dma_stats(&untouched, sizeof(uint64_t)) == NRT_SUCCESS);
+    CTEST_CHECK(untouched.transfers == 5 && untouched.bytes == UINT64_C(0x5a5a5a5a5a5a5a5a));
     free(buf);
     api.tensor_free(&d);
     api.tensor_free(&d2);
     api.tensor_free(&h);
     api.tensor_free(&h2);
+    api.close();
+    /* Unlimited (the default): no slots. The counters restart at nrt_init. */
+    unsetenv("NEURON_EMU_DMA_GBPS");
+    CTEST_CHECK(nrt_test_init(&api) == NRT_SUCCESS);
+    CTEST_CHECK(api.tensor_allocate(DEV, 0, 4096, "d", &d) == NRT_SUCCESS);
+    CTEST_CHECK(api.tensor_memset(d, 0, 1, 4096) == NRT_SUCCESS);
+    stats = dma_stats();
+    CTEST_CHECK(stats.transfers == 0 && stats.bytes == 0 && stats.model_ns == 0 &&
+                stats.waits == 0);
+    api.tensor_free(&d);
     api.close();
     /* "instance" selects the documented device bandwidth and is accepted. */
     setenv("NEURON_EMU_DMA_GBPS", "instance", 1);

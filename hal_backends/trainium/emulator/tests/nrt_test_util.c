@@ -17,7 +17,7 @@ static const char *const runtime_env[] = {
     "NEURON_RT_VISIBLE_CORES",     "NEURON_RT_NUM_CORES",  "NEURON_LOGICAL_NC_CONFIG",
     "NEURON_RT_VIRTUAL_CORE_SIZE", "NEURON_RT_LOG_LEVEL",  "NEURON_RT_LOG_LOCATION",
     "NEURON_EMU_INSTANCE",         "NEURON_EMU_HBM_BYTES", "NEURON_EMU_FAULTS",
-    "NEURON_EMU_DMA_GBPS",         "NEURON_EMU_LOCK_DIR",
+    "NEURON_EMU_DMA_GBPS",         "NEURON_EMU_LOCK_DIR",  "NEURON_EMU_INSTANCE_ID",
 };
 
 /* The copy a test left loaded (it returned early); unloaded by the next open. */
@@ -107,6 +107,8 @@ bool nrt_test_open(nrt_api_t *api)
     RESOLVE(get_vnc_memory_stats, "nrt_get_vnc_memory_stats");
     void *sym = dlsym(api->handle, "nrt_emu_set_fault");
     memcpy(&api->emu_set_fault, &sym, sizeof(sym));
+    sym = dlsym(api->handle, "nrt_emu_get_dma_stats");
+    memcpy(&api->emu_get_dma_stats, &sym, sizeof(sym));
     return true;
 }
 

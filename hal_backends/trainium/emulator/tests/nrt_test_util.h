@@ -42,7 +42,8 @@ typedef struct nrt_api {
     nrt_tensor_get_va_fn *tensor_get_va;
     nrt_tensor_get_device_allocation_info_fn *tensor_get_device_allocation_info;
     nrt_get_vnc_memory_stats_fn *get_vnc_memory_stats;
-    nrt_emu_set_fault_fn *emu_set_fault; /* emulator extension; NULL on the real runtime */
+    nrt_emu_set_fault_fn *emu_set_fault; /* emulator extensions; NULL on the real runtime */
+    nrt_emu_get_dma_stats_fn *emu_get_dma_stats;
 } nrt_api_t;
 
 /* Unsets every NEURON_* variable the runtime reads, then points NEURON_EMU_LOCK_DIR at the
