@@ -3,6 +3,7 @@
  * timing, cross-device waits and destruction while records and waits are queued. */
 #include <stdlib.h>
 
+#include "hal_backends/common/hq_internal.h"
 #include "hal_backends/cpu/tests/cpu_test_util.h"
 
 typedef struct flag {
@@ -124,7 +125,7 @@ CTEST(CpuEvent, OutOfOrderCompletion)
     T_EXPECT_STATUS(fx.ops->stream_synchronize(slow), HAL_OK);
     /* The late version 1 does not move the event backwards. */
     T_EXPECT_STATUS(fx.ops->event_query(ev), HAL_OK);
-    cpu_event_t *raw = ev;
+    hq_event_t *raw = ev;
     T_EXPECT(atomic_load(&raw->completed) == 2);
     fx.ops->event_destroy(ev);
     T_EXPECT_STATUS(fx.ops->stream_destroy(slow), HAL_OK);

@@ -192,7 +192,7 @@ CTEST(CpuHostFn, FailureWithoutADetailNamesTheStatus)
     T_EXPECT_STATUS(fx.ops->stream_launch_host_fn(s, step_fn, &silent), HAL_OK);
     t_clear_error();
     T_EXPECT_STATUS(fx.ops->stream_synchronize(s), HAL_ERROR_TIMEOUT);
-    T_EXPECT_MESSAGE("stream task failed with HAL_ERROR_TIMEOUT");
+    T_EXPECT_MESSAGE("stream host function failed with HAL_ERROR_TIMEOUT");
     T_EXPECT(strstr(t_last_error(), FAKE_DETAIL) == NULL);
     T_EXPECT(atomic_load(&fake_take_calls) - calls_before == 2); /* after every host function */
     T_EXPECT_STATUS(fx.ops->stream_destroy(s), HAL_ERROR_TIMEOUT);
@@ -225,7 +225,7 @@ CTEST(CpuHostFn, RunsAfterAnErrorWithThatError)
     step_t ok, second_failure;
     step_init(&ok, &next, 0, HAL_OK, false);
     step_init(&second_failure, &next, 1, HAL_ERROR_ABORTED, true);
-    T_EXPECT_STATUS(cpu_stream_inject_error(s, HAL_ERROR_DEVICE_LOST, "injected device loss"),
+    T_EXPECT_STATUS(hq_stream_inject_error(s, HAL_ERROR_DEVICE_LOST, "injected device loss"),
                     HAL_OK);
     T_EXPECT_STATUS(fx.ops->stream_launch_host_fn(s, step_fn, &ok), HAL_OK);
     T_EXPECT_STATUS(fx.ops->stream_launch_host_fn(s, step_fn, &second_failure), HAL_OK);
@@ -281,9 +281,9 @@ static hal_status_t rendezvous_fn(void *arg, hal_status_t stream_status)
 {
     rendezvous_t *r = arg;
     atomic_fetch_add(&r->arrived, 1);
-    uint64_t deadline = cpu_now_ns() + UINT64_C(10000000000);
+    uint64_t deadline = hq_now_ns() + UINT64_C(10000000000);
     while (atomic_load(&r->arrived) < r->expected) {
-        if (cpu_now_ns() > deadline)
+        if (hq_now_ns() > deadline)
             return HAL_ERROR_TIMEOUT;
         t_sleep_ms(1);
     }

@@ -42,7 +42,7 @@ CTEST(CpuStream, FifoOrder)
     for (int i = 0; i < N; i++) {
         items[i] = (order_item_t){ &check, i };
         if (i % 3 == 0)
-            T_EXPECT_STATUS(cpu_stream_enqueue_fn(s, order_fn, &items[i], 0), HAL_OK);
+            T_EXPECT_STATUS(t_enqueue_fn(s, order_fn, &items[i], 0), HAL_OK);
         else
             T_EXPECT_STATUS(fx.ops->stream_add_callback(s, order_cb, &items[i]), HAL_OK);
     }
@@ -101,7 +101,7 @@ typedef struct waiting_probe {
 static bool sched_has_waiters(void *arg)
 {
     waiting_probe_t *p = arg;
-    return cpu_sched_waiting(&p->device->sched) >= p->count;
+    return hq_sched_waiting(&p->device->hq.sched) >= p->count;
 }
 
 /* With one execution slot held by a gate, queued work must be granted by priority, FIFO within
@@ -143,7 +143,7 @@ CTEST(CpuStream, PriorityOrder)
         fprintf(stderr, "execution order \"%s\", expected \"HMab\"\n", log.text);
         t_failed = 1;
     }
-    T_EXPECT(cpu_sched_waiting(&((cpu_device_t *)fx.dev[0])->sched) == 0);
+    T_EXPECT(hq_sched_waiting(&((cpu_device_t *)fx.dev[0])->hq.sched) == 0);
 
     T_EXPECT_STATUS(fx.ops->stream_destroy(gs), HAL_OK);
     for (int i = 0; i < 4; i++)
@@ -153,7 +153,7 @@ CTEST(CpuStream, PriorityOrder)
     T_RESULT();
 }
 
-/* Tasks that do not hold a slot (event waits, CPU_TASK_NO_SLOT) run while another stream
+/* Tasks that do not hold a slot (event waits, HQ_TASK_NO_SLOT) run while another stream
  * occupies the device's only slot. */
 static hal_status_t count_fn(void *arg, hal_status_t status)
 {
@@ -180,9 +180,9 @@ CTEST(CpuStream, NoSlotTasksBypassTheScheduler)
     atomic_init(&count, 0);
     T_EXPECT_STATUS(fx.ops->stream_add_callback(a, t_gate_cb, &gate), HAL_OK);
     T_EXPECT(t_wait_until(t_gate_entered, &gate, 10000));
-    T_EXPECT_STATUS(cpu_stream_enqueue_fn(b, count_fn, &count, CPU_TASK_NO_SLOT), HAL_OK);
+    T_EXPECT_STATUS(t_enqueue_fn(b, count_fn, &count, HQ_TASK_NO_SLOT), HAL_OK);
     T_EXPECT(t_wait_until(count_is_one, &count, 10000));
-    T_EXPECT_STATUS(cpu_stream_enqueue_fn(b, count_fn, &count, 0), HAL_OK);
+    T_EXPECT_STATUS(t_enqueue_fn(b, count_fn, &count, 0), HAL_OK);
     t_sleep_ms(20);
     T_EXPECT(atomic_load(&count) == 1); /* needs the slot the gate holds */
     t_gate_open(&gate);
@@ -299,7 +299,7 @@ CTEST(CpuStream, DeviceSynchronizeWaitsForEveryStream)
     t_gate_open(&other_gate);
 
     /* The first latched error of the device's streams is reported. */
-    T_EXPECT_STATUS(cpu_stream_inject_error(s[5], HAL_ERROR_DEVICE_LOST, "lost in test"), HAL_OK);
+    T_EXPECT_STATUS(hq_stream_inject_error(s[5], HAL_ERROR_DEVICE_LOST, "lost in test"), HAL_OK);
     t_clear_error();
     T_EXPECT_STATUS(fx.ops->device_synchronize(fx.dev[0]), HAL_ERROR_DEVICE_LOST);
     T_EXPECT_MESSAGE("lost in test");
@@ -335,7 +335,7 @@ static hal_status_t status_fn(void *arg, hal_status_t status)
 
 static hal_status_t failing_fn(void *arg, hal_status_t status)
 {
-    cpu_task_error("collective step %d failed", *(int *)arg);
+    hq_task_error("collective step %d failed", *(int *)arg);
     return HAL_ERROR_REMOTE;
 }
 
@@ -371,16 +371,16 @@ CTEST(CpuStream, ErrorsLatch)
     t_gate_t gate;
     t_gate_init(&gate);
     T_EXPECT_STATUS(fx.ops->stream_add_callback(s, t_gate_cb, &gate), HAL_OK);
-    T_EXPECT_STATUS(cpu_stream_inject_error(s, HAL_ERROR_DEVICE_LOST, "injected device loss"),
+    T_EXPECT_STATUS(hq_stream_inject_error(s, HAL_ERROR_DEVICE_LOST, "injected device loss"),
                     HAL_OK);
     T_EXPECT_STATUS(fx.ops->memcpy_async(s, &pb, &ps, sizeof(buf)), HAL_OK);
     T_EXPECT_STATUS(fx.ops->memset_async(s, &pb, 3, sizeof(buf)), HAL_OK);
-    T_EXPECT_STATUS(cpu_stream_enqueue_fn(s, status_fn, &skipped, 0), HAL_OK);
+    T_EXPECT_STATUS(t_enqueue_fn(s, status_fn, &skipped, 0), HAL_OK);
     T_EXPECT_STATUS(fx.ops->event_record(ev, s), HAL_OK);
     T_EXPECT_STATUS(fx.ops->stream_add_callback(s, status_cb, &cb_seen), HAL_OK);
-    T_EXPECT_STATUS(cpu_stream_enqueue_fn(s, status_fn, &fn_seen, CPU_TASK_RUN_ON_ERROR), HAL_OK);
+    T_EXPECT_STATUS(t_enqueue_fn(s, status_fn, &fn_seen, HQ_TASK_RUN_ON_ERROR), HAL_OK);
     /* A later failure does not replace the first. */
-    T_EXPECT_STATUS(cpu_stream_inject_error(s, HAL_ERROR_ABORTED, "second failure"), HAL_OK);
+    T_EXPECT_STATUS(hq_stream_inject_error(s, HAL_ERROR_ABORTED, "second failure"), HAL_OK);
     T_EXPECT_STATUS(fx.ops->stream_query(s), HAL_NOT_READY);
     t_gate_open(&gate);
 
@@ -401,7 +401,7 @@ CTEST(CpuStream, ErrorsLatch)
     /* Sticky: new data work is refused, callbacks still run and are told. */
     T_EXPECT_STATUS(fx.ops->memcpy_async(s, &pb, &ps, sizeof(buf)), HAL_ERROR_DEVICE_LOST);
     T_EXPECT_STATUS(fx.ops->memset_async(s, &pb, 0, sizeof(buf)), HAL_ERROR_DEVICE_LOST);
-    T_EXPECT_STATUS(cpu_stream_enqueue_fn(s, status_fn, &skipped, 0), HAL_ERROR_DEVICE_LOST);
+    T_EXPECT_STATUS(t_enqueue_fn(s, status_fn, &skipped, 0), HAL_ERROR_DEVICE_LOST);
     T_EXPECT_STATUS(fx.ops->stream_add_callback(s, status_cb, &cb_seen), HAL_OK);
     T_EXPECT_STATUS(fx.ops->stream_synchronize(s), HAL_ERROR_DEVICE_LOST);
     T_EXPECT(atomic_load(&cb_seen.calls) == 2);
@@ -432,16 +432,16 @@ CTEST(CpuStream, TaskFunctionErrorsLatchWithTheirMessage)
     T_EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &s), HAL_OK);
     T_EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &s2), HAL_OK);
     int step = 7;
-    T_EXPECT_STATUS(cpu_stream_enqueue_fn(s, failing_fn, &step, 0), HAL_OK);
+    T_EXPECT_STATUS(t_enqueue_fn(s, failing_fn, &step, 0), HAL_OK);
     t_clear_error();
     T_EXPECT_STATUS(fx.ops->stream_synchronize(s), HAL_ERROR_REMOTE);
     T_EXPECT_MESSAGE("collective step 7 failed");
-    T_EXPECT_STATUS(cpu_stream_enqueue_fn(s2, silent_failing_fn, NULL, 0), HAL_OK);
+    T_EXPECT_STATUS(t_enqueue_fn(s2, silent_failing_fn, NULL, 0), HAL_OK);
     t_clear_error();
     T_EXPECT_STATUS(fx.ops->stream_synchronize(s2), HAL_ERROR_TIMEOUT);
     T_EXPECT_MESSAGE("HAL_ERROR_TIMEOUT");
-    /* Outside a task, cpu_task_error does nothing. */
-    cpu_task_error("ignored %d", 1);
+    /* Outside a task, hq_task_error does nothing. */
+    hq_task_error("ignored %d", 1);
     T_EXPECT_STATUS(fx.ops->stream_destroy(s), HAL_ERROR_REMOTE);
     T_EXPECT_STATUS(fx.ops->stream_destroy(s2), HAL_ERROR_TIMEOUT);
     t_close(&fx);

@@ -220,3 +220,21 @@ hal_backend_ptr_t t_alloc_ptr(void *base, void *cookie, size_t size, size_t offs
     r.offset = offset;
     return r;
 }
+
+typedef struct t_fn_task {
+    hal_stream_host_fn_t fn;
+    void *arg;
+} t_fn_task_t;
+
+static hal_status_t run_fn_task(hq_stream_t *stream, void *payload, hal_status_t stream_status)
+{
+    const t_fn_task_t *t = payload;
+    return t->fn(t->arg, stream_status);
+}
+
+/* Runs a plain function as an engine work task. */
+hal_status_t t_enqueue_fn(void *stream, hal_stream_host_fn_t fn, void *arg, uint32_t flags)
+{
+    t_fn_task_t t = { fn, arg };
+    return hq_stream_enqueue(stream, run_fn_task, &t, sizeof(t), flags);
+}

@@ -33,7 +33,7 @@ void t_clear_error(void);
         hal_status_t t_st_ = (call);                                                               \
         if (t_st_ != (expected)) {                                                                 \
             fprintf(stderr, "%s:%d: %s returned %s, expected %s (last error: \"%s\")\n", __FILE__, \
-                    __LINE__, #call, cpu_status_name(t_st_), cpu_status_name(expected),            \
+                    __LINE__, #call, hq_status_name(t_st_), hq_status_name(expected),              \
                     t_last_error());                                                               \
             t_failed = 1;                                                                          \
         }                                                                                          \
@@ -114,6 +114,10 @@ hal_backend_ptr_t t_ptr(void *p, hal_mem_kind_t kind);
 /* A resolved pointer into an allocation of the given kind, as the core passes it. */
 hal_backend_ptr_t t_alloc_ptr(void *base, void *cookie, size_t size, size_t offset,
                               hal_mem_kind_t kind);
+
+/* Queues fn(arg, stream_status) as an engine work task with HQ_TASK_* flags (the building
+ * block of the toolkit's host functions, with a plain function and argument). */
+hal_status_t t_enqueue_fn(void *stream, hal_stream_host_fn_t fn, void *arg, uint32_t flags);
 
 /* Sleeps for `ms` milliseconds. */
 void t_sleep_ms(int ms);
