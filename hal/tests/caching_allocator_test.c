@@ -813,8 +813,8 @@ CTEST(caching_allocator, works_over_another_backend)
     char *freed = p;
     T_OK(hal_allocator_free(a, p));
     p = NULL;
-    T_OK(hal_allocator_alloc(a, 2 * MiB, NULL, &q));
-    T_CHECK((char *)q == freed); /* its streams are synchronous: the fence is done at once */
+    T_OK(hal_allocator_alloc(a, 2 * MiB, s1, &q));
+    T_CHECK((char *)q == freed); /* freed on s1: reused on s1 at once, without a fence */
     T_OK(hal_allocator_free(a, q));
     q = NULL;
     T_STATUS(hal_allocator_free(a, freed), HAL_ERROR_INVALID_ARGUMENT);

@@ -221,8 +221,8 @@ CTEST(faults, malformed_spec_fails_the_open)
     CHECK_MESSAGE("HAL_FAULTS: at offset 13 ('p=2')");
     CHECK_STATUS(lt_open("cpu", "trace,faults", "device_lots", &b), HAL_ERROR_INVALID_ARGUMENT);
     CHECK_MESSAGE("'device_lots'");
-    /* stream_fail needs host functions in stream order, which the template lacks. */
-    CHECK_STATUS(lt_open("template", "faults", "stream_fail:p=0.5", &b), HAL_ERROR_UNSUPPORTED);
+    /* stream_fail needs host functions in stream order, which a 1.0 backend lacks. */
+    CHECK_STATUS(lt_open("template_1_0", "faults", "stream_fail:p=0.5", &b), HAL_ERROR_UNSUPPORTED);
     CHECK_MESSAGE("stream_launch_host_fn");
     /* No spec: the layer injects nothing. */
     CHECK_STATUS(lt_open("cpu", "faults", NULL, &b), HAL_OK);
