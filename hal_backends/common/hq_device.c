@@ -13,22 +13,17 @@
 /* Bumped in each forked child, so objects of the parent are recognised as dead there. The
  * handler only increments an atomic: whatever locks the parent's threads held at the fork stay
  * untouched, which is why every object checks its generation before taking any of them. */
-static _Atomic uint64_t hq_generation;
+_Atomic uint64_t hq_fork_generation;
 static pthread_once_t hq_atfork_once = PTHREAD_ONCE_INIT;
 
 static void hq_after_fork_in_child(void)
 {
-    atomic_fetch_add_explicit(&hq_generation, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&hq_fork_generation, 1, memory_order_relaxed);
 }
 
 static void hq_install_atfork(void)
 {
     pthread_atfork(NULL, NULL, hq_after_fork_in_child);
-}
-
-uint64_t hq_generation_now(void)
-{
-    return atomic_load_explicit(&hq_generation, memory_order_relaxed);
 }
 
 hal_status_t hq_stale_error(const hq_device_t *device, const char *what)

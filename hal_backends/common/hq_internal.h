@@ -9,13 +9,19 @@
 /* ---- fork generations (hq_device.c) -------------------------------------------------------- */
 
 /* The current fork generation: 0 in the process that loaded the engine, bumped in every forked
- * child. An object whose generation differs was created before a fork and is dead here. */
-uint64_t hq_generation_now(void);
+ * child (hq_device.c). An object whose generation differs was created before a fork and is dead
+ * here. Read inline: every entry point checks it. */
+extern _Atomic uint64_t hq_fork_generation;
+
+static inline uint64_t hq_generation_now(void)
+{
+    return atomic_load_explicit(&hq_fork_generation, memory_order_relaxed);
+}
 
 /* Whether an object of `generation` was created before a fork of this process. */
 static inline bool hq_is_stale(uint64_t generation)
 {
-    return generation != hq_generation_now();
+    return __builtin_expect(generation != hq_generation_now(), 0);
 }
 
 /* Reports (to the calling thread) that `what` was created before fork() and returns
