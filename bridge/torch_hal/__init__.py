@@ -15,16 +15,9 @@ import warnings
 
 __all__ = ["backend_name", "device_type", "is_loaded", "load_error"]
 
-_LIB_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib")
-
 _loaded = False
 _load_error = None
 _attempted = False
-
-
-# Backends whose devices belong to one process at a time (the Neuron runtime takes its
-# NeuronCores exclusively when it starts, which is when the backend opens).
-_EXCLUSIVE_BACKENDS = {"trainium"}
 
 
 def _in_torchrun_launcher():
@@ -38,51 +31,6 @@ def _in_torchrun_launcher():
     return False
 
 
-def _claim_neuron_cores():
-    """Under torchrun, gives each local rank its own NeuronCore, before the runtime starts.
-
-    The Neuron runtime takes the cores named by NEURON_RT_VISIBLE_CORES (or NEURON_RT_NUM_CORES,
-    or else all of them) exclusively when it initialises, which is when torch_hal opens the
-    backend at ``import torch``. With several ranks per host each process must ask for its own
-    cores, as Neuron users do: when LOCAL_RANK and WORLD_SIZE are set (torchrun) and neither
-    variable is, NEURON_RT_VISIBLE_CORES=<LOCAL_RANK>. The rank then sees one device, index 0.
-    """
-    if os.environ.get("NEURON_RT_VISIBLE_CORES") or os.environ.get("NEURON_RT_NUM_CORES"):
-        return
-    local_rank = os.environ.get("LOCAL_RANK", "")
-    if local_rank.isdigit() and os.environ.get("WORLD_SIZE"):
-        os.environ["NEURON_RT_VISIBLE_CORES"] = str(int(local_rank))
-
-
-def _prepare_environment(backend):
-    """Sets what the backend reads when it starts: NeuronCores per rank, the libnrt emulator."""
-    if backend == "trainium":
-        _claim_neuron_cores()
-    _use_neuron_emulator_if_needed(backend)
-
-
-def _use_neuron_emulator_if_needed(backend):
-    """Points the Trainium backend at the bundled libnrt emulator when no Neuron runtime exists.
-
-    The backend looks for libnrt.so.1 in $HAL_NEURON_LIBNRT, then where aws-neuronx-runtime-lib
-    installs it, then on the loader path. When none of those has it and this package carries the
-    emulator, use the emulator (TORCH_HAL_NEURON_EMULATOR=0 turns this off).
-    """
-    if backend != "trainium" or os.environ.get("HAL_NEURON_LIBNRT"):
-        return
-    if os.environ.get("TORCH_HAL_NEURON_EMULATOR", "1") == "0":
-        return
-    if os.path.exists("/opt/aws/neuron/lib/libnrt.so.1"):
-        return
-    import ctypes.util
-
-    if ctypes.util.find_library("nrt"):
-        return
-    emulator = os.path.join(_LIB_DIR, "libnrt.so.1")
-    if os.path.exists(emulator):
-        os.environ["HAL_NEURON_LIBNRT"] = emulator
-
-
 def _load():
     """Opens the backend and registers it with torch (once per process)."""
     global _loaded, _load_error, _attempted
@@ -90,19 +38,21 @@ def _load():
         return _loaded
     _attempted = True
     backend = os.environ.get("TORCH_HAL_BACKEND", "cpu") or "cpu"
-    if backend in _EXCLUSIVE_BACKENDS and _in_torchrun_launcher() and not (
-            os.environ.get("NEURON_RT_VISIBLE_CORES") or os.environ.get("NEURON_RT_NUM_CORES")):
-        # torchrun's launcher imports torch too; opening the backend there would take every
-        # NeuronCore and leave none for the ranks it starts. It does not use the device.
-        _load_error = (f"not loaded in the torchrun launcher: the '{backend}' backend would take "
-                       "the devices its worker processes need")
-        return False
     try:
         import torch
 
-        _prepare_environment(backend)
         from . import _C
 
+        ok, message, info = _C._probe_backend(backend)
+        if not ok:
+            raise RuntimeError(message)
+        if info["exclusive_devices"] and _in_torchrun_launcher():
+            # torchrun's launcher imports torch too but never uses a device; opening a backend
+            # whose devices belong to one process each would take the ones its workers need.
+            _load_error = (f"not loaded in the torchrun launcher: the devices of the '{backend}' "
+                           "backend belong to one process each, and its worker processes need "
+                           "them")
+            return False
         ok, message = _C._open_backend(backend)
         if not ok:
             raise RuntimeError(message)

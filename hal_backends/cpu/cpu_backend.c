@@ -1,68 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* cpu backend: entry point, ops table, initialisation, devices and their properties. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "hal_backends/cpu/cpu_internal.h"
-
-/* Records a failure detail through the host services. The services only take a format, so the
- * detail is formatted here and passed through "%s". */
-void cpu_set_error(const cpu_backend_t *backend, const char *fmt, ...)
-{
-    const hal_host_services_t *host = backend != NULL ? backend->host : NULL;
-    if (host == NULL ||
-        host->struct_size < offsetof(hal_host_services_t, set_error) + sizeof(host->set_error) ||
-        host->set_error == NULL)
-        return;
-    char buf[768];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof(buf), fmt, ap);
-    va_end(ap);
-    host->set_error("%s", buf);
-}
-
-/* Returns and clears the detail the core recorded for the calling thread, or NULL. Only hosts of
- * API 1.1 and later offer take_error; with an older one there is never a detail to take. */
-const char *cpu_take_host_error(const cpu_backend_t *backend)
-{
-    const hal_host_services_t *host = backend->host;
-    if (host == NULL ||
-        host->struct_size < offsetof(hal_host_services_t, take_error) + sizeof(host->take_error) ||
-        host->take_error == NULL)
-        return NULL;
-    return host->take_error();
-}
-
-/* Names a status for messages; the core's hal_status_string is not available to a backend. */
-const char *cpu_status_name(hal_status_t status)
-{
-    static const char *const names[] = {
-        "HAL_OK",
-        "HAL_NOT_READY",
-        "HAL_IN_PROGRESS",
-        "HAL_ERROR_INVALID_ARGUMENT",
-        "HAL_ERROR_INVALID_HANDLE",
-        "HAL_ERROR_UNSUPPORTED",
-        "HAL_ERROR_OUT_OF_DEVICE_MEMORY",
-        "HAL_ERROR_OUT_OF_HOST_MEMORY",
-        "HAL_ERROR_NOT_FOUND",
-        "HAL_ERROR_VERSION_MISMATCH",
-        "HAL_ERROR_PERMISSION_DENIED",
-        "HAL_ERROR_TIMEOUT",
-        "HAL_ERROR_DEVICE_LOST",
-        "HAL_ERROR_REMOTE",
-        "HAL_ERROR_ABORTED",
-        "HAL_ERROR_BUSY",
-        "HAL_ERROR_INTERNAL",
-        "HAL_ERROR_BACKEND_SPECIFIC",
-    };
-    if ((unsigned)status < sizeof(names) / sizeof(names[0]))
-        return names[status];
-    return "HAL_STATUS_UNKNOWN";
-}
 
 static hal_status_t cpu_init(const hal_host_services_t *host, void **out)
 {
@@ -119,36 +61,31 @@ static hal_status_t cpu_device_open(void *backend_, uint32_t index, void **out)
     device->index = index;
     device->capacity = backend->config.capacity;
     atomic_init(&device->used, 0);
-    hal_status_t st =
-        cpu_sched_init(&device->sched, backend->config.concurrency, backend->config.spin_us);
+    hq_device_config_t streams = {
+        .host = backend->host,
+        .index = index,
+        .thread_prefix = "hal-cpu",
+        .slots = backend->config.concurrency,
+        .spin_us = backend->config.spin_us,
+        .callbacks_take_slot = true,
+    };
+    hal_status_t st = hq_device_init(&device->hq, &streams);
     if (st != HAL_OK) {
-        cpu_set_error(backend, "pthread_mutex_init failed for the scheduler of device %u", index);
-        goto out_free_device;
-    }
-    if (pthread_mutex_init(&device->streams_lock, NULL) != 0) {
-        cpu_set_error(backend, "pthread_mutex_init failed for device %u", index);
-        st = HAL_ERROR_OUT_OF_HOST_MEMORY;
-        goto out_destroy_sched;
+        free(device);
+        return st;
     }
     /* Without an arena (no memfd, or no address space for it) the device still works, from
      * posix_memalign, but cannot share its memory with other processes. */
     device->arena = cpu_arena_create(device->capacity, index);
     *out = device;
     return HAL_OK;
-
-out_destroy_sched:
-    cpu_sched_destroy(&device->sched);
-out_free_device:
-    free(device);
-    return st;
 }
 
 static void cpu_device_close(void *device_)
 {
     cpu_device_t *device = device_;
     cpu_arena_destroy(device->arena);
-    pthread_mutex_destroy(&device->streams_lock);
-    cpu_sched_destroy(&device->sched);
+    hq_device_fini(&device->hq);
     free(device);
 }
 
@@ -196,6 +133,19 @@ static hal_status_t cpu_device_get_free_memory(void *device_, uint64_t *free_byt
     return HAL_OK;
 }
 
+/* The native stream and event handles are the engine's objects themselves. */
+static hal_status_t cpu_stream_get_native_handle(void *stream, uintptr_t *native)
+{
+    *native = (uintptr_t)stream;
+    return HAL_OK;
+}
+
+static hal_status_t cpu_event_get_native_handle(void *event, uintptr_t *native)
+{
+    *native = (uintptr_t)event;
+    return HAL_OK;
+}
+
 static const hal_backend_ops_t cpu_ops = {
     .struct_size = sizeof(hal_backend_ops_t),
     .api_version = HAL_API_VERSION,
@@ -207,31 +157,31 @@ static const hal_backend_ops_t cpu_ops = {
     .device_open = cpu_device_open,
     .device_close = cpu_device_close,
     .device_get_properties = cpu_device_get_properties,
-    .device_synchronize = cpu_device_synchronize,
+    .device_synchronize = hq_device_synchronize,
     .device_get_native_handle = cpu_device_get_native_handle,
     .device_get_free_memory = cpu_device_get_free_memory,
     .mem_alloc = cpu_mem_alloc,
     .mem_free = cpu_mem_free,
     .memcpy_async = cpu_memcpy_async,
     .memset_async = cpu_memset_async,
-    .stream_create = cpu_stream_create,
-    .stream_destroy = cpu_stream_destroy,
-    .stream_query = cpu_stream_query,
-    .stream_synchronize = cpu_stream_synchronize,
-    .stream_wait_event = cpu_stream_wait_event,
-    .stream_add_callback = cpu_stream_add_callback,
+    .stream_create = hq_stream_create,
+    .stream_destroy = hq_stream_destroy,
+    .stream_query = hq_stream_query,
+    .stream_synchronize = hq_stream_synchronize,
+    .stream_wait_event = hq_stream_wait_event,
+    .stream_add_callback = hq_stream_add_callback,
     .stream_get_native_handle = cpu_stream_get_native_handle,
-    .event_create = cpu_event_create,
-    .event_destroy = cpu_event_destroy,
-    .event_record = cpu_event_record,
-    .event_query = cpu_event_query,
-    .event_synchronize = cpu_event_synchronize,
-    .event_elapsed_ms = cpu_event_elapsed_ms,
+    .event_create = hq_event_create,
+    .event_destroy = hq_event_destroy,
+    .event_record = hq_event_record,
+    .event_query = hq_event_query,
+    .event_synchronize = hq_event_synchronize,
+    .event_elapsed_ms = hq_event_elapsed_ms,
     .event_get_native_handle = cpu_event_get_native_handle,
     /* mem_free_async stays NULL: the core's callback-based fallback is exactly what this backend
      * would do, and the device does not advertise HAL_DEVICE_CAP_STREAM_FREE. */
     .mem_free_async = NULL,
-    .stream_launch_host_fn = cpu_stream_launch_host_fn,
+    .stream_launch_host_fn = hq_stream_launch_host_fn,
     .mem_ipc_export = cpu_mem_ipc_export,
     .mem_ipc_open = cpu_mem_ipc_open,
     .mem_ipc_close = cpu_mem_ipc_close,

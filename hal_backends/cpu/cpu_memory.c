@@ -126,29 +126,45 @@ hal_status_t cpu_mem_free(void *device_, hal_mem_kind_t kind, void *ptr, void *c
     return HAL_OK;
 }
 
+/* ---- stream work (run by the engine's worker, holding an execution slot) ------------------- */
+
+typedef struct cpu_copy {
+    void *dst;
+    const void *src;
+    size_t n;
+} cpu_copy_t;
+
+typedef struct cpu_fill {
+    void *dst;
+    int value;
+    size_t n;
+} cpu_fill_t;
+
+static hal_status_t run_copy(hq_stream_t *stream, void *payload, hal_status_t stream_status)
+{
+    const cpu_copy_t *c = payload;
+    memcpy(c->dst, c->src, c->n);
+    return HAL_OK;
+}
+
+static hal_status_t run_fill(hq_stream_t *stream, void *payload, hal_status_t stream_status)
+{
+    const cpu_fill_t *f = payload;
+    memset(f->dst, f->value, f->n);
+    return HAL_OK;
+}
+
 /* Enqueues a copy; on a failed stream it enqueues nothing and returns the latched error. */
 hal_status_t cpu_memcpy_async(void *stream, const hal_backend_ptr_t *dst,
                               const hal_backend_ptr_t *src, size_t n)
 {
-    hal_status_t st = cpu_stream_latched(stream);
-    if (st != HAL_OK)
-        return st;
-    cpu_task_t task = { .kind = CPU_TASK_MEMCPY };
-    task.u.copy.dst = dst->ptr;
-    task.u.copy.src = src->ptr;
-    task.u.copy.n = n;
-    return cpu_stream_submit(stream, &task);
+    cpu_copy_t c = { dst->ptr, src->ptr, n };
+    return hq_stream_enqueue(stream, run_copy, &c, sizeof(c), 0);
 }
 
 /* Enqueues a memset; on a failed stream it enqueues nothing and returns the latched error. */
 hal_status_t cpu_memset_async(void *stream, const hal_backend_ptr_t *dst, int value, size_t n)
 {
-    hal_status_t st = cpu_stream_latched(stream);
-    if (st != HAL_OK)
-        return st;
-    cpu_task_t task = { .kind = CPU_TASK_MEMSET };
-    task.u.set.dst = dst->ptr;
-    task.u.set.value = value;
-    task.u.set.n = n;
-    return cpu_stream_submit(stream, &task);
+    cpu_fill_t f = { dst->ptr, value, n };
+    return hq_stream_enqueue(stream, run_fill, &f, sizeof(f), 0);
 }

@@ -2,29 +2,11 @@
 /* Trainium backend: entry point, ops table, and the runtime's lifetime (nrt_init at backend
  * init, nrt_close at fini). The runtime is process-wide state: one initialised backend
  * instance per process owns it. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "hal_backends/trainium/trn_internal.h"
-
-/* Records a failure detail through the host services. The services only take a format, so the
- * detail is formatted here and passed through "%s". */
-void trn_set_error(const trn_backend_t *backend, const char *fmt, ...)
-{
-    const hal_host_services_t *host = backend != NULL ? backend->host : NULL;
-    if (host == NULL ||
-        host->struct_size < offsetof(hal_host_services_t, set_error) + sizeof(host->set_error) ||
-        host->set_error == NULL)
-        return;
-    char buf[TRN_MSG_MAX + 128];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof(buf), fmt, ap);
-    va_end(ap);
-    host->set_error("%s", buf);
-}
 
 static hal_status_t trn_init(const hal_host_services_t *host, void **out)
 {
@@ -104,6 +86,27 @@ static hal_status_t trn_device_count(void *backend, uint32_t *count)
     return HAL_OK;
 }
 
+/* libnrt has no stream object: its calls are synchronous, and the ordering lives in the
+ * engine's worker threads. */
+static hal_status_t trn_stream_get_native_handle(void *stream, uintptr_t *native)
+{
+    trn_device_t *device = (trn_device_t *)hq_stream_device(stream);
+    trn_set_error(device->backend,
+                  "libnrt has no stream object (its calls are synchronous; the backend orders "
+                  "them on a worker thread per stream)");
+    return HAL_ERROR_UNSUPPORTED;
+}
+
+/* libnrt 2.30's synchronous API has no event object (the experimental async API's sequence
+ * numbers are per execution unit, not per stream). */
+static hal_status_t trn_event_get_native_handle(void *event, uintptr_t *native)
+{
+    trn_device_t *device = (trn_device_t *)hq_event_device(event);
+    trn_set_error(device->backend,
+                  "libnrt has no event object; events are kept by the backend's stream workers");
+    return HAL_ERROR_UNSUPPORTED;
+}
+
 static const hal_backend_ops_t trn_ops = {
     .struct_size = sizeof(hal_backend_ops_t),
     .api_version = HAL_API_VERSION,
@@ -115,33 +118,33 @@ static const hal_backend_ops_t trn_ops = {
     .device_open = trn_device_open,
     .device_close = trn_device_close,
     .device_get_properties = trn_device_get_properties,
-    .device_synchronize = trn_device_synchronize,
+    .device_synchronize = hq_device_synchronize,
     .device_get_native_handle = trn_device_get_native_handle,
     .device_get_free_memory = trn_device_get_free_memory,
     .mem_alloc = trn_mem_alloc,
     .mem_free = trn_mem_free,
     .memcpy_async = trn_memcpy_async,
     .memset_async = trn_memset_async,
-    .stream_create = trn_stream_create,
-    .stream_destroy = trn_stream_destroy,
-    .stream_query = trn_stream_query,
-    .stream_synchronize = trn_stream_synchronize,
-    .stream_wait_event = trn_stream_wait_event,
-    .stream_add_callback = trn_stream_add_callback,
+    .stream_create = hq_stream_create,
+    .stream_destroy = hq_stream_destroy,
+    .stream_query = hq_stream_query,
+    .stream_synchronize = hq_stream_synchronize,
+    .stream_wait_event = hq_stream_wait_event,
+    .stream_add_callback = hq_stream_add_callback,
     .stream_get_native_handle = trn_stream_get_native_handle,
-    .event_create = trn_event_create,
-    .event_destroy = trn_event_destroy,
-    .event_record = trn_event_record,
-    .event_query = trn_event_query,
-    .event_synchronize = trn_event_synchronize,
-    .event_elapsed_ms = trn_event_elapsed_ms,
+    .event_create = hq_event_create,
+    .event_destroy = hq_event_destroy,
+    .event_record = hq_event_record,
+    .event_query = hq_event_query,
+    .event_synchronize = hq_event_synchronize,
+    .event_elapsed_ms = hq_event_elapsed_ms,
     .event_get_native_handle = trn_event_get_native_handle,
     /* NULL: the core frees from a host callback in stream order, which is all this backend
      * could do too (nrt_tensor_free is synchronous). */
     .mem_free_async = NULL,
 
     /* ---- 1.1 ---- */
-    .stream_launch_host_fn = trn_stream_launch_host_fn,
+    .stream_launch_host_fn = hq_stream_launch_host_fn,
     /* No HAL_DEVICE_CAP_IPC: libnrt 2.30 has no way to map one process's tensor into another
      * (nrt_get_dmabuf_fd exports for NICs, not for other runtime instances). */
     .mem_ipc_export = NULL,

@@ -160,7 +160,6 @@ hal_status_t trn_device_open(void *backend_, uint32_t index, void **out)
     }
     device->backend = backend;
     device->index = index;
-    atomic_init(&device->lost, false);
 
     nrt_vnc_memory_stats_t stats = { 0, 0 };
     size_t got = 0;
@@ -172,32 +171,32 @@ hal_status_t trn_device_open(void *backend_, uint32_t index, void **out)
     else
         device->total_memory = fallback_memory(backend);
 
-    hal_status_t st = trn_sched_init(&device->sched, TRN_DEVICE_SLOTS);
+    /* Runtime calls take microseconds to milliseconds: waiters sleep at once (no spinning), and
+     * callbacks and host functions hold none of the core's two slots, so that a blocked stream
+     * never starves it. */
+    hq_device_config_t streams = {
+        .host = backend->host,
+        .index = index,
+        .thread_prefix = "hal-trn",
+        .slots = TRN_DEVICE_SLOTS,
+        .spin_us = 0,
+        .callbacks_take_slot = false,
+        .stream_ext_size = sizeof(trn_stream_ext_t),
+        .stream_ext_fini = trn_stream_ext_fini,
+    };
+    hal_status_t st = hq_device_init(&device->hq, &streams);
     if (st != HAL_OK) {
-        trn_set_error(backend, "pthread_mutex_init failed for the scheduler of NeuronCore %u",
-                      index);
-        goto out_free;
-    }
-    if (pthread_mutex_init(&device->streams_lock, NULL) != 0) {
-        trn_set_error(backend, "pthread_mutex_init failed for NeuronCore %u", index);
-        st = HAL_ERROR_OUT_OF_HOST_MEMORY;
-        goto out_destroy_sched;
+        free(device);
+        return st;
     }
     *out = device;
     return HAL_OK;
-
-out_destroy_sched:
-    trn_sched_destroy(&device->sched);
-out_free:
-    free(device);
-    return st;
 }
 
 void trn_device_close(void *device_)
 {
     trn_device_t *device = device_;
-    pthread_mutex_destroy(&device->streams_lock);
-    trn_sched_destroy(&device->sched);
+    hq_device_fini(&device->hq);
     free(device);
 }
 
@@ -264,22 +263,5 @@ hal_status_t trn_device_get_free_memory(void *device_, uint64_t *free_bytes)
 
 void trn_device_mark_lost(trn_device_t *device, const char *why)
 {
-    char msg[TRN_MSG_MAX + 64];
-    pthread_mutex_lock(&device->streams_lock);
-    if (!atomic_load_explicit(&device->lost, memory_order_relaxed)) {
-        snprintf(device->lost_msg, sizeof(device->lost_msg), "%s", why);
-        atomic_store_explicit(&device->lost, true, memory_order_release);
-    }
-    snprintf(msg, sizeof(msg), "NeuronCore %u is lost: %s", device->index, device->lost_msg);
-    for (trn_stream_t *s = device->streams; s != NULL; s = s->dev_next)
-        trn_stream_latch(s, HAL_ERROR_DEVICE_LOST, msg);
-    pthread_mutex_unlock(&device->streams_lock);
-}
-
-hal_status_t trn_device_check_lost(trn_device_t *device)
-{
-    if (!atomic_load_explicit(&device->lost, memory_order_acquire))
-        return HAL_OK;
-    trn_set_error(device->backend, "NeuronCore %u is lost: %s", device->index, device->lost_msg);
-    return HAL_ERROR_DEVICE_LOST;
+    hq_device_mark_lost(&device->hq, "NeuronCore %u is lost: %s", device->index, why);
 }

@@ -12,7 +12,8 @@
  * (nrt_tensor_read/write take a plain pointer), and its own host placement is deprecated and
  * limited to 4 MB, so there is nothing to pin through the runtime.
  *
- * Copies (run on the stream's worker, trn_run_copy):
+ * Copies (work tasks of the engine, run on the stream's worker holding one of the core's
+ * execution slots):
  *   host   -> device   nrt_tensor_write(dst tensor, src, dst offset, n)
  *   device -> host     nrt_tensor_read(src tensor, dst, src offset, n)
  *   device -> device   nrt_tensor_copy on one core; across cores staged through the stream's
@@ -184,9 +185,9 @@ static void endpoint(const hal_backend_ptr_t *p, trn_endpoint_t *e)
 }
 
 /* A failed stream or a lost core refuses new work. */
-static hal_status_t check_enqueue(trn_stream_t *s, const trn_endpoint_t *a, const trn_endpoint_t *b)
+static hal_status_t check_enqueue(hq_stream_t *s, const trn_endpoint_t *a, const trn_endpoint_t *b)
 {
-    hal_status_t st = trn_stream_latched(s);
+    hal_status_t st = hq_stream_latched(s);
     if (st == HAL_OK && a != NULL && a->device != NULL)
         st = trn_device_check_lost(a->device);
     if (st == HAL_OK && b != NULL && b->device != NULL)
@@ -194,31 +195,35 @@ static hal_status_t check_enqueue(trn_stream_t *s, const trn_endpoint_t *a, cons
     return st;
 }
 
+static hal_status_t run_copy(hq_stream_t *stream, void *payload, hal_status_t stream_status);
+static hal_status_t run_fill(hq_stream_t *stream, void *payload, hal_status_t stream_status);
+
+_Static_assert(sizeof(trn_copy_t) <= HQ_PAYLOAD_MAX, "a copy fits a task's payload");
+_Static_assert(sizeof(trn_fill_t) <= HQ_PAYLOAD_MAX, "a memset fits a task's payload");
+
 hal_status_t trn_memcpy_async(void *stream, const hal_backend_ptr_t *dst,
                               const hal_backend_ptr_t *src, size_t n)
 {
-    trn_stream_t *s = stream;
-    trn_task_t task = { .kind = TRN_TASK_COPY };
-    endpoint(dst, &task.u.copy.dst);
-    endpoint(src, &task.u.copy.src);
-    task.u.copy.n = n;
-    hal_status_t st = check_enqueue(s, &task.u.copy.dst, &task.u.copy.src);
+    trn_copy_t copy;
+    endpoint(dst, &copy.dst);
+    endpoint(src, &copy.src);
+    copy.n = n;
+    hal_status_t st = check_enqueue(stream, &copy.dst, &copy.src);
     if (st != HAL_OK)
         return st;
-    return trn_stream_submit(s, &task);
+    return hq_stream_enqueue(stream, run_copy, &copy, sizeof(copy), 0);
 }
 
 hal_status_t trn_memset_async(void *stream, const hal_backend_ptr_t *dst, int value, size_t n)
 {
-    trn_stream_t *s = stream;
-    trn_task_t task = { .kind = TRN_TASK_MEMSET };
-    endpoint(dst, &task.u.set.dst);
-    task.u.set.value = value;
-    task.u.set.n = n;
-    hal_status_t st = check_enqueue(s, &task.u.set.dst, NULL);
+    trn_fill_t fill;
+    endpoint(dst, &fill.dst);
+    fill.value = value;
+    fill.n = n;
+    hal_status_t st = check_enqueue(stream, &fill.dst, NULL);
     if (st != HAL_OK)
         return st;
-    return trn_stream_submit(s, &task);
+    return hq_stream_enqueue(stream, run_fill, &fill, sizeof(fill), 0);
 }
 
 /* ---- execution (stream worker) ------------------------------------------------------------- */
@@ -261,13 +266,19 @@ static hal_status_t do_read(const trn_endpoint_t *src, size_t src_off, void *dst
     return transfer_failed(src->device, rc, call, msg, size);
 }
 
+void trn_stream_ext_fini(hq_stream_t *stream, void *ext)
+{
+    free(((trn_stream_ext_t *)ext)->stage);
+}
+
 /* Device to device across cores: through the stream's bounce buffer, chunk by chunk. */
-static hal_status_t staged_copy(trn_stream_t *s, const trn_endpoint_t *dst,
+static hal_status_t staged_copy(hq_stream_t *s, const trn_endpoint_t *dst,
                                 const trn_endpoint_t *src, size_t n, char *msg, size_t size)
 {
-    if (s->stage == NULL) {
-        s->stage = malloc(TRN_STAGE_CHUNK);
-        if (s->stage == NULL) {
+    trn_stream_ext_t *ext = hq_stream_ext(s);
+    if (ext->stage == NULL) {
+        ext->stage = malloc(TRN_STAGE_CHUNK);
+        if (ext->stage == NULL) {
             snprintf(msg, size,
                      "malloc(%zu) failed for the host buffer that stages copies from NeuronCore "
                      "%u to NeuronCore %u",
@@ -277,9 +288,9 @@ static hal_status_t staged_copy(trn_stream_t *s, const trn_endpoint_t *dst,
     }
     for (size_t done = 0; done < n;) {
         size_t chunk = n - done < TRN_STAGE_CHUNK ? n - done : TRN_STAGE_CHUNK;
-        hal_status_t st = do_read(src, src->offset + done, s->stage, chunk, msg, size);
+        hal_status_t st = do_read(src, src->offset + done, ext->stage, chunk, msg, size);
         if (st == HAL_OK)
-            st = do_write(dst, dst->offset + done, s->stage, chunk, msg, size);
+            st = do_write(dst, dst->offset + done, ext->stage, chunk, msg, size);
         if (st != HAL_OK) {
             size_t len = strlen(msg);
             snprintf(msg + len, size - len,
@@ -293,10 +304,10 @@ static hal_status_t staged_copy(trn_stream_t *s, const trn_endpoint_t *dst,
     return HAL_OK;
 }
 
-hal_status_t trn_run_copy(trn_stream_t *s, const trn_task_t *t, char *msg, size_t size)
+static hal_status_t copy(hq_stream_t *s, const trn_copy_t *t, char *msg, size_t size)
 {
-    const trn_endpoint_t *dst = &t->u.copy.dst, *src = &t->u.copy.src;
-    size_t n = t->u.copy.n;
+    const trn_endpoint_t *dst = &t->dst, *src = &t->src;
+    size_t n = t->n;
     if (dst->tensor == NULL && src->tensor == NULL) {
         memcpy(dst->ptr, src->ptr, n);
         return HAL_OK;
@@ -318,20 +329,39 @@ hal_status_t trn_run_copy(trn_stream_t *s, const trn_task_t *t, char *msg, size_
     return transfer_failed(dst->device, rc, call, msg, size);
 }
 
-hal_status_t trn_run_memset(trn_stream_t *s, const trn_task_t *t, char *msg, size_t size)
+static hal_status_t fill(const trn_fill_t *t, char *msg, size_t size)
 {
-    const trn_endpoint_t *dst = &t->u.set.dst;
+    const trn_endpoint_t *dst = &t->dst;
     if (dst->tensor == NULL) {
-        memset(dst->ptr, t->u.set.value, t->u.set.n);
+        memset(dst->ptr, t->value, t->n);
         return HAL_OK;
     }
     trn_nrt_t *nrt = &dst->device->backend->nrt;
-    NRT_STATUS rc = nrt->tensor_memset(dst->tensor, dst->offset, t->u.set.value, t->u.set.n);
+    NRT_STATUS rc = nrt->tensor_memset(dst->tensor, dst->offset, t->value, t->n);
     if (rc == NRT_SUCCESS)
         return HAL_OK;
     char call[160];
     snprintf(call, sizeof(call),
              "nrt_tensor_memset(tensor of NeuronCore %u, offset %zu, value %d, %zu bytes)",
-             dst->device->index, dst->offset, t->u.set.value, t->u.set.n);
+             dst->device->index, dst->offset, t->value, t->n);
     return transfer_failed(dst->device, rc, call, msg, size);
+}
+
+/* The work tasks: a failure's message goes with the status the engine latches. */
+static hal_status_t run_copy(hq_stream_t *stream, void *payload, hal_status_t stream_status)
+{
+    char msg[TRN_MSG_MAX] = "";
+    hal_status_t st = copy(stream, payload, msg, sizeof(msg));
+    if (st != HAL_OK)
+        hq_task_error("%s", msg);
+    return st;
+}
+
+static hal_status_t run_fill(hq_stream_t *stream, void *payload, hal_status_t stream_status)
+{
+    char msg[TRN_MSG_MAX] = "";
+    hal_status_t st = fill(payload, msg, sizeof(msg));
+    if (st != HAL_OK)
+        hq_task_error("%s", msg);
+    return st;
 }

@@ -159,30 +159,3 @@ hal_status_t trn_status_format(const trn_nrt_t *nrt, NRT_STATUS rc, trn_nrt_op_t
                  (int)rc, explain(rc, op));
     return trn_status_from_nrt(rc, op);
 }
-
-const char *trn_status_hal_name(hal_status_t status)
-{
-    static const char *const names[] = {
-        "HAL_OK",
-        "HAL_NOT_READY",
-        "HAL_IN_PROGRESS",
-        "HAL_ERROR_INVALID_ARGUMENT",
-        "HAL_ERROR_INVALID_HANDLE",
-        "HAL_ERROR_UNSUPPORTED",
-        "HAL_ERROR_OUT_OF_DEVICE_MEMORY",
-        "HAL_ERROR_OUT_OF_HOST_MEMORY",
-        "HAL_ERROR_NOT_FOUND",
-        "HAL_ERROR_VERSION_MISMATCH",
-        "HAL_ERROR_PERMISSION_DENIED",
-        "HAL_ERROR_TIMEOUT",
-        "HAL_ERROR_DEVICE_LOST",
-        "HAL_ERROR_REMOTE",
-        "HAL_ERROR_ABORTED",
-        "HAL_ERROR_BUSY",
-        "HAL_ERROR_INTERNAL",
-        "HAL_ERROR_BACKEND_SPECIFIC",
-    };
-    if ((unsigned)status < sizeof(names) / sizeof(names[0]))
-        return names[status];
-    return "HAL_STATUS_UNKNOWN";
-}

@@ -298,7 +298,7 @@ CTEST(trace, host_collectives_are_named_on_their_stream)
     return CTEST_PASS;
 }
 
-/* A backend without stream_launch_host_fn (the template's callbacks run synchronously): the
+/* A backend without stream_launch_host_fn (the template built as an API 1.0 backend): the
  * layer keeps that slot empty and marks spans with callbacks. */
 CTEST(trace, backend_without_host_functions)
 {
@@ -306,7 +306,7 @@ CTEST(trace, backend_without_host_functions)
     hal_device_t d;
     hal_stream_t s;
     void *p, *q;
-    CHECK_STATUS(open_traced("template", "trace", "template.json", &b), HAL_OK);
+    CHECK_STATUS(open_traced("short", "trace", "template.json", &b), HAL_OK);
     CHECK_STATUS(hal_device_get(b, 0, &d), HAL_OK);
     CHECK_STATUS(hal_stream_create(d, 0, &s), HAL_OK);
     CHECK_STATUS(hal_mem_alloc(d, HAL_MEM_KIND_DEVICE, 4096, 0, &p), HAL_OK);

@@ -57,17 +57,17 @@ int main(int argc, char **argv)
 
     uint64_t *ns = malloc(sizeof(uint64_t) * (size_t)iters);
     for (int i = 0; i < iters; i++) {
-        uint64_t t0 = cpu_now_ns();
+        uint64_t t0 = hq_now_ns();
         ops->stream_add_callback(s, noop_cb, NULL);
         ops->stream_synchronize(s);
-        ns[i] = cpu_now_ns() - t0;
+        ns[i] = hq_now_ns() - t0;
     }
     report("callback + stream_synchronize", ns, iters);
     for (int i = 0; i < iters; i++) {
-        uint64_t t0 = cpu_now_ns();
+        uint64_t t0 = hq_now_ns();
         ops->event_record(ev, s);
         ops->event_synchronize(ev);
-        ns[i] = cpu_now_ns() - t0;
+        ns[i] = hq_now_ns() - t0;
     }
     report("event_record + event_synchronize", ns, iters);
     free(ns);
@@ -82,16 +82,16 @@ int main(int argc, char **argv)
         size_t chunk = chunks[c];
         double best_plain = 1e30, best_stream = 1e30;
         for (int rep = 0; rep < 11; rep++) {
-            uint64_t t0 = cpu_now_ns();
+            uint64_t t0 = hq_now_ns();
             for (size_t off = 0; off < total; off += chunk)
                 memcpy(dst + off, src + off, chunk);
-            uint64_t t1 = cpu_now_ns();
+            uint64_t t1 = hq_now_ns();
             for (size_t off = 0; off < total; off += chunk) {
                 hal_backend_ptr_t d = { .ptr = dst + off }, sp = { .ptr = src + off };
                 ops->memcpy_async(s, &d, &sp, chunk);
             }
             ops->stream_synchronize(s);
-            uint64_t t2 = cpu_now_ns();
+            uint64_t t2 = hq_now_ns();
             if ((double)(t1 - t0) < best_plain)
                 best_plain = (double)(t1 - t0);
             if ((double)(t2 - t1) < best_stream)

@@ -3,6 +3,7 @@
  * timing, cross-device waits and destruction while records and waits are queued. */
 #include <stdlib.h>
 
+#include "hal_backends/common/hq_internal.h"
 #include "hal_backends/cpu/tests/cpu_test_util.h"
 
 typedef struct flag {
@@ -64,11 +65,11 @@ CTEST(CpuEvent, WaitBindsToVersionAtCallTime)
     T_EXPECT_STATUS(fx.ops->event_query(ev), HAL_OK);
 
     /* b waits for version 1 (complete); then version 2 is recorded behind a gate. */
-    t_gate_t gate;
-    t_gate_init(&gate);
+    th_gate_t gate;
+    th_gate_init(&gate);
     flag_t b_ran = { 0 }, c_ran = { 0 };
     T_EXPECT_STATUS(fx.ops->stream_wait_event(b, ev), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_add_callback(a, t_gate_cb, &gate), HAL_OK);
+    T_EXPECT_STATUS(fx.ops->stream_add_callback(a, th_gate_cb, &gate), HAL_OK);
     T_EXPECT_STATUS(fx.ops->event_record(ev, a), HAL_OK);
     T_EXPECT_STATUS(fx.ops->event_query(ev), HAL_NOT_READY);
     T_EXPECT_STATUS(fx.ops->stream_add_callback(b, flag_cb, &b_ran), HAL_OK);
@@ -76,12 +77,12 @@ CTEST(CpuEvent, WaitBindsToVersionAtCallTime)
     T_EXPECT_STATUS(fx.ops->stream_wait_event(c, ev), HAL_OK);
     T_EXPECT_STATUS(fx.ops->stream_add_callback(c, flag_cb, &c_ran), HAL_OK);
 
-    T_EXPECT(t_wait_until(flag_is_set, &b_ran, 10000));
-    t_sleep_ms(20);
+    T_EXPECT(th_wait_until(flag_is_set, &b_ran, 10000));
+    th_sleep_ms(20);
     T_EXPECT(!flag_is_set(&c_ran));
     T_EXPECT_STATUS(fx.ops->stream_query(c), HAL_NOT_READY);
     T_EXPECT_STATUS(fx.ops->event_query(ev), HAL_NOT_READY);
-    t_gate_open(&gate);
+    th_gate_open(&gate);
     T_EXPECT_STATUS(fx.ops->stream_synchronize(c), HAL_OK);
     T_EXPECT(flag_is_set(&c_ran));
     T_EXPECT_STATUS(fx.ops->event_query(ev), HAL_OK);
@@ -90,7 +91,7 @@ CTEST(CpuEvent, WaitBindsToVersionAtCallTime)
     T_EXPECT_STATUS(fx.ops->stream_destroy(a), HAL_OK);
     T_EXPECT_STATUS(fx.ops->stream_destroy(b), HAL_OK);
     T_EXPECT_STATUS(fx.ops->stream_destroy(c), HAL_OK);
-    t_gate_destroy(&gate);
+    th_gate_destroy(&gate);
     t_close(&fx);
     T_RESULT();
 }
@@ -107,10 +108,10 @@ CTEST(CpuEvent, OutOfOrderCompletion)
     T_EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &fast), HAL_OK);
     T_EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &waiter), HAL_OK);
     T_EXPECT_STATUS(fx.ops->event_create(fx.dev[0], 0, &ev), HAL_OK);
-    t_gate_t gate;
-    t_gate_init(&gate);
+    th_gate_t gate;
+    th_gate_init(&gate);
     flag_t ran = { 0 };
-    T_EXPECT_STATUS(fx.ops->stream_add_callback(slow, t_gate_cb, &gate), HAL_OK);
+    T_EXPECT_STATUS(fx.ops->stream_add_callback(slow, th_gate_cb, &gate), HAL_OK);
     T_EXPECT_STATUS(fx.ops->event_record(ev, slow), HAL_OK); /* version 1 */
     T_EXPECT_STATUS(fx.ops->stream_wait_event(waiter, ev), HAL_OK);
     T_EXPECT_STATUS(fx.ops->stream_add_callback(waiter, flag_cb, &ran), HAL_OK);
@@ -118,26 +119,26 @@ CTEST(CpuEvent, OutOfOrderCompletion)
     T_EXPECT_STATUS(fx.ops->event_record(ev, fast), HAL_OK); /* version 2 */
     T_EXPECT_STATUS(fx.ops->event_synchronize(ev), HAL_OK);
     T_EXPECT_STATUS(fx.ops->event_query(ev), HAL_OK);
-    T_EXPECT(t_wait_until(flag_is_set, &ran, 10000));
+    T_EXPECT(th_wait_until(flag_is_set, &ran, 10000));
     T_EXPECT_STATUS(fx.ops->stream_query(slow), HAL_NOT_READY);
-    t_gate_open(&gate);
+    th_gate_open(&gate);
     T_EXPECT_STATUS(fx.ops->stream_synchronize(slow), HAL_OK);
     /* The late version 1 does not move the event backwards. */
     T_EXPECT_STATUS(fx.ops->event_query(ev), HAL_OK);
-    cpu_event_t *raw = ev;
+    hq_event_t *raw = ev;
     T_EXPECT(atomic_load(&raw->completed) == 2);
     fx.ops->event_destroy(ev);
     T_EXPECT_STATUS(fx.ops->stream_destroy(slow), HAL_OK);
     T_EXPECT_STATUS(fx.ops->stream_destroy(fast), HAL_OK);
     T_EXPECT_STATUS(fx.ops->stream_destroy(waiter), HAL_OK);
-    t_gate_destroy(&gate);
+    th_gate_destroy(&gate);
     t_close(&fx);
     T_RESULT();
 }
 
 static void sleep_cb(hal_status_t status, void *arg)
 {
-    t_sleep_ms(*(int *)arg);
+    th_sleep_ms(*(int *)arg);
 }
 
 CTEST(CpuEvent, Timing)
@@ -176,13 +177,13 @@ CTEST(CpuEvent, Timing)
     T_EXPECT_STATUS(fx.ops->event_elapsed_ms(plain, end, &ms), HAL_ERROR_INVALID_ARGUMENT);
 
     /* Re-recording times the newest version; invalid arguments win over "not ready". */
-    t_gate_t gate;
-    t_gate_init(&gate);
-    T_EXPECT_STATUS(fx.ops->stream_add_callback(s, t_gate_cb, &gate), HAL_OK);
+    th_gate_t gate;
+    th_gate_init(&gate);
+    T_EXPECT_STATUS(fx.ops->stream_add_callback(s, th_gate_cb, &gate), HAL_OK);
     T_EXPECT_STATUS(fx.ops->event_record(end, s), HAL_OK);
     T_EXPECT_STATUS(fx.ops->event_elapsed_ms(start, end, &ms), HAL_NOT_READY);
     T_EXPECT_STATUS(fx.ops->event_elapsed_ms(plain, end, &ms), HAL_ERROR_INVALID_ARGUMENT);
-    t_gate_open(&gate);
+    th_gate_open(&gate);
     T_EXPECT_STATUS(fx.ops->stream_synchronize(s), HAL_OK);
     float later = 0;
     T_EXPECT_STATUS(fx.ops->event_elapsed_ms(start, end, &later), HAL_OK);
@@ -192,7 +193,7 @@ CTEST(CpuEvent, Timing)
     fx.ops->event_destroy(end);
     fx.ops->event_destroy(plain);
     T_EXPECT_STATUS(fx.ops->stream_destroy(s), HAL_OK);
-    t_gate_destroy(&gate);
+    th_gate_destroy(&gate);
     t_close(&fx);
     T_RESULT();
 }
@@ -208,24 +209,24 @@ CTEST(CpuEvent, DestroyWithPendingRecordsAndWaits)
     T_EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &a), HAL_OK);
     T_EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &b), HAL_OK);
     T_EXPECT_STATUS(fx.ops->event_create(fx.dev[0], HAL_EVENT_FLAG_TIMING, &ev), HAL_OK);
-    t_gate_t gate;
-    t_gate_init(&gate);
+    th_gate_t gate;
+    th_gate_init(&gate);
     flag_t ran = { 0 };
-    T_EXPECT_STATUS(fx.ops->stream_add_callback(a, t_gate_cb, &gate), HAL_OK);
+    T_EXPECT_STATUS(fx.ops->stream_add_callback(a, th_gate_cb, &gate), HAL_OK);
     T_EXPECT_STATUS(fx.ops->event_record(ev, a), HAL_OK);
     T_EXPECT_STATUS(fx.ops->stream_wait_event(b, ev), HAL_OK);
     T_EXPECT_STATUS(fx.ops->event_record(ev, a), HAL_OK);
     T_EXPECT_STATUS(fx.ops->stream_wait_event(b, ev), HAL_OK);
     T_EXPECT_STATUS(fx.ops->stream_add_callback(b, flag_cb, &ran), HAL_OK);
     fx.ops->event_destroy(ev);
-    t_sleep_ms(10);
+    th_sleep_ms(10);
     T_EXPECT(!flag_is_set(&ran));
-    t_gate_open(&gate);
+    th_gate_open(&gate);
     T_EXPECT_STATUS(fx.ops->stream_synchronize(b), HAL_OK);
     T_EXPECT(flag_is_set(&ran));
     T_EXPECT_STATUS(fx.ops->stream_destroy(a), HAL_OK);
     T_EXPECT_STATUS(fx.ops->stream_destroy(b), HAL_OK);
-    t_gate_destroy(&gate);
+    th_gate_destroy(&gate);
     t_close(&fx);
     T_RESULT();
 }
@@ -254,8 +255,8 @@ CTEST(CpuEvent, CrossDeviceWaitAndSynchronize)
     T_EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &s0), HAL_OK);
     T_EXPECT_STATUS(fx.ops->stream_create(fx.dev[1], 0, &s1), HAL_OK);
     T_EXPECT_STATUS(fx.ops->event_create(fx.dev[1], 0, &ev1), HAL_OK);
-    t_gate_t gate;
-    t_gate_init(&gate);
+    th_gate_t gate;
+    th_gate_init(&gate);
     flag_t ran = { 0 };
     unsigned char src[256], dst[256];
     memset(src, 0x77, sizeof(src));
@@ -263,7 +264,7 @@ CTEST(CpuEvent, CrossDeviceWaitAndSynchronize)
     hal_backend_ptr_t ps = t_ptr(src, HAL_MEM_KIND_UNREGISTERED);
     hal_backend_ptr_t pd = t_ptr(dst, HAL_MEM_KIND_UNREGISTERED);
     /* s1: gate, then fill src; s0 waits for that before copying src out. */
-    T_EXPECT_STATUS(fx.ops->stream_add_callback(s1, t_gate_cb, &gate), HAL_OK);
+    T_EXPECT_STATUS(fx.ops->stream_add_callback(s1, th_gate_cb, &gate), HAL_OK);
     T_EXPECT_STATUS(fx.ops->memset_async(s1, &ps, 0x42, sizeof(src)), HAL_OK);
     T_EXPECT_STATUS(fx.ops->event_record(ev1, s1), HAL_OK);
     T_EXPECT_STATUS(fx.ops->stream_wait_event(s0, ev1), HAL_OK);
@@ -274,11 +275,11 @@ CTEST(CpuEvent, CrossDeviceWaitAndSynchronize)
     atomic_init(&call.done, 0);
     pthread_t th;
     pthread_create(&th, NULL, event_sync_thread, &call);
-    t_sleep_ms(20);
+    th_sleep_ms(20);
     T_EXPECT(!flag_is_set(&ran));
     T_EXPECT(atomic_load(&call.done) == 0);
     T_EXPECT_STATUS(fx.ops->stream_query(s0), HAL_NOT_READY);
-    t_gate_open(&gate);
+    th_gate_open(&gate);
     pthread_join(th, NULL);
     T_EXPECT_STATUS(fx.ops->stream_synchronize(s0), HAL_OK);
     T_EXPECT(flag_is_set(&ran));
@@ -286,7 +287,7 @@ CTEST(CpuEvent, CrossDeviceWaitAndSynchronize)
     fx.ops->event_destroy(ev1);
     T_EXPECT_STATUS(fx.ops->stream_destroy(s0), HAL_OK);
     T_EXPECT_STATUS(fx.ops->stream_destroy(s1), HAL_OK);
-    t_gate_destroy(&gate);
+    th_gate_destroy(&gate);
     t_close(&fx);
     T_RESULT();
 }

@@ -139,14 +139,14 @@ CTEST(CpuHostFn, RunsInOrderAndLatchesTheDetailFromTheCore)
     step_init(&cb, &next, 1, HAL_OK, false);
     step_init(&after, &next, 2, HAL_ERROR_TIMEOUT, false);
     memset(src, 9, sizeof(src));
-    t_gate_t gate; /* holds the stream until everything below is queued */
-    t_gate_init(&gate);
-    T_EXPECT_STATUS(fx.ops->stream_add_callback(s, t_gate_cb, &gate), HAL_OK);
+    th_gate_t gate; /* holds the stream until everything below is queued */
+    th_gate_init(&gate);
+    T_EXPECT_STATUS(fx.ops->stream_add_callback(s, th_gate_cb, &gate), HAL_OK);
     T_EXPECT_STATUS(fx.ops->stream_launch_host_fn(s, step_fn, &fail), HAL_OK);
     T_EXPECT_STATUS(fx.ops->memcpy_async(s, &pb, &ps, sizeof(buf)), HAL_OK);
     T_EXPECT_STATUS(fx.ops->stream_add_callback(s, step_cb, &cb), HAL_OK);
     T_EXPECT_STATUS(fx.ops->stream_launch_host_fn(s, step_fn, &after), HAL_OK);
-    t_gate_open(&gate);
+    th_gate_open(&gate);
     t_clear_error();
     T_EXPECT_STATUS(fx.ops->stream_synchronize(s), HAL_ERROR_REMOTE);
     T_EXPECT_MESSAGE(FAKE_DETAIL);
@@ -169,7 +169,7 @@ CTEST(CpuHostFn, RunsInOrderAndLatchesTheDetailFromTheCore)
     t_clear_error();
     T_EXPECT_STATUS(fx.ops->stream_destroy(s), HAL_ERROR_REMOTE);
     T_EXPECT_MESSAGE(FAKE_DETAIL);
-    t_gate_destroy(&gate);
+    th_gate_destroy(&gate);
     t_close(&fx);
     T_RESULT();
 }
@@ -192,7 +192,7 @@ CTEST(CpuHostFn, FailureWithoutADetailNamesTheStatus)
     T_EXPECT_STATUS(fx.ops->stream_launch_host_fn(s, step_fn, &silent), HAL_OK);
     t_clear_error();
     T_EXPECT_STATUS(fx.ops->stream_synchronize(s), HAL_ERROR_TIMEOUT);
-    T_EXPECT_MESSAGE("stream task failed with HAL_ERROR_TIMEOUT");
+    T_EXPECT_MESSAGE("stream host function failed with HAL_ERROR_TIMEOUT");
     T_EXPECT(strstr(t_last_error(), FAKE_DETAIL) == NULL);
     T_EXPECT(atomic_load(&fake_take_calls) - calls_before == 2); /* after every host function */
     T_EXPECT_STATUS(fx.ops->stream_destroy(s), HAL_ERROR_TIMEOUT);
@@ -225,7 +225,7 @@ CTEST(CpuHostFn, RunsAfterAnErrorWithThatError)
     step_t ok, second_failure;
     step_init(&ok, &next, 0, HAL_OK, false);
     step_init(&second_failure, &next, 1, HAL_ERROR_ABORTED, true);
-    T_EXPECT_STATUS(cpu_stream_inject_error(s, HAL_ERROR_DEVICE_LOST, "injected device loss"),
+    T_EXPECT_STATUS(hq_stream_inject_error(s, HAL_ERROR_DEVICE_LOST, "injected device loss"),
                     HAL_OK);
     T_EXPECT_STATUS(fx.ops->stream_launch_host_fn(s, step_fn, &ok), HAL_OK);
     T_EXPECT_STATUS(fx.ops->stream_launch_host_fn(s, step_fn, &second_failure), HAL_OK);
@@ -242,24 +242,6 @@ CTEST(CpuHostFn, RunsAfterAnErrorWithThatError)
 }
 
 /* ---- no execution slot --------------------------------------------------------------------- */
-
-/* A host function that blocks until its gate opens (or 10 s pass, so a broken backend fails
- * the test rather than hanging it). */
-static hal_status_t gate_fn(void *arg, hal_status_t stream_status)
-{
-    t_gate_t *gate = arg;
-    atomic_fetch_add(&gate->entered, 1);
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += 10;
-    pthread_mutex_lock(&gate->lock);
-    int rc = 0;
-    while (!gate->open && rc == 0)
-        rc = pthread_cond_timedwait(&gate->cv, &gate->lock, &deadline);
-    bool opened = gate->open;
-    pthread_mutex_unlock(&gate->lock);
-    return opened ? HAL_OK : HAL_ERROR_TIMEOUT;
-}
 
 static bool flag_set(void *arg)
 {
@@ -281,11 +263,11 @@ static hal_status_t rendezvous_fn(void *arg, hal_status_t stream_status)
 {
     rendezvous_t *r = arg;
     atomic_fetch_add(&r->arrived, 1);
-    uint64_t deadline = cpu_now_ns() + UINT64_C(10000000000);
+    uint64_t deadline = hq_now_ns() + UINT64_C(10000000000);
     while (atomic_load(&r->arrived) < r->expected) {
-        if (cpu_now_ns() > deadline)
+        if (hq_now_ns() > deadline)
             return HAL_ERROR_TIMEOUT;
-        t_sleep_ms(1);
+        th_sleep_ms(1);
     }
     return HAL_OK;
 }
@@ -302,10 +284,10 @@ CTEST(CpuHostFn, HoldsNoExecutionSlot)
 
     /* A blocked host function on `a`; `b`'s copy and callback (which need the device's only
      * slot) still run. */
-    t_gate_t gate;
-    t_gate_init(&gate);
-    T_EXPECT_STATUS(fx.ops->stream_launch_host_fn(a, gate_fn, &gate), HAL_OK);
-    T_EXPECT(t_wait_until(t_gate_entered, &gate, 10000));
+    th_gate_t gate;
+    th_gate_init(&gate);
+    T_EXPECT_STATUS(fx.ops->stream_launch_host_fn(a, th_gate_fn, &gate), HAL_OK);
+    T_EXPECT(th_wait_until(th_gate_entered, &gate, 10000));
     enum { SIZE = 1 << 20 };
     unsigned char *src = malloc(SIZE), *dst = calloc(1, SIZE);
     memset(src, 0x6b, SIZE);
@@ -315,11 +297,11 @@ CTEST(CpuHostFn, HoldsNoExecutionSlot)
     atomic_init(&copied, 0);
     T_EXPECT_STATUS(fx.ops->memcpy_async(b, &pd, &ps, SIZE), HAL_OK);
     T_EXPECT_STATUS(fx.ops->stream_add_callback(b, set_flag_cb, &copied), HAL_OK);
-    T_EXPECT(t_wait_until(flag_set, &copied, 10000));
+    T_EXPECT(th_wait_until(flag_set, &copied, 10000));
     T_EXPECT(atomic_load(&copied) == 1);
     T_EXPECT(atomic_load(&gate.entered) == 1 && !gate.open); /* still blocked meanwhile */
     T_EXPECT(memcmp(src, dst, SIZE) == 0);
-    t_gate_open(&gate);
+    th_gate_open(&gate);
     T_EXPECT_STATUS(fx.ops->stream_synchronize(a), HAL_OK);
     T_EXPECT_STATUS(fx.ops->stream_synchronize(b), HAL_OK);
 
@@ -336,7 +318,7 @@ CTEST(CpuHostFn, HoldsNoExecutionSlot)
     T_EXPECT_STATUS(fx.ops->stream_destroy(c), HAL_OK);
     free(src);
     free(dst);
-    t_gate_destroy(&gate);
+    th_gate_destroy(&gate);
     t_close(&fx);
     T_RESULT();
 }

@@ -42,7 +42,7 @@ CTEST(CpuStream, FifoOrder)
     for (int i = 0; i < N; i++) {
         items[i] = (order_item_t){ &check, i };
         if (i % 3 == 0)
-            T_EXPECT_STATUS(cpu_stream_enqueue_fn(s, order_fn, &items[i], 0), HAL_OK);
+            T_EXPECT_STATUS(t_enqueue_fn(s, order_fn, &items[i], 0), HAL_OK);
         else
             T_EXPECT_STATUS(fx.ops->stream_add_callback(s, order_cb, &items[i]), HAL_OK);
     }
@@ -74,13 +74,13 @@ CTEST(CpuStream, QueryAndSynchronize)
     T_EXPECT_STATUS(fx.ops->stream_query(s), HAL_OK);
     T_EXPECT_STATUS(fx.ops->stream_synchronize(s), HAL_OK);
 
-    t_gate_t gate;
-    t_gate_init(&gate);
-    T_EXPECT_STATUS(fx.ops->stream_add_callback(s, t_gate_cb, &gate), HAL_OK);
+    th_gate_t gate;
+    th_gate_init(&gate);
+    T_EXPECT_STATUS(fx.ops->stream_add_callback(s, th_gate_cb, &gate), HAL_OK);
     T_EXPECT_STATUS(fx.ops->stream_query(s), HAL_NOT_READY);
-    T_EXPECT(t_wait_until(t_gate_entered, &gate, 10000));
+    T_EXPECT(th_wait_until(th_gate_entered, &gate, 10000));
     T_EXPECT_STATUS(fx.ops->stream_query(s), HAL_NOT_READY);
-    t_gate_open(&gate);
+    th_gate_open(&gate);
     T_EXPECT_STATUS(fx.ops->stream_synchronize(s), HAL_OK);
     T_EXPECT_STATUS(fx.ops->stream_query(s), HAL_OK);
 
@@ -88,7 +88,7 @@ CTEST(CpuStream, QueryAndSynchronize)
     T_EXPECT_STATUS(fx.ops->stream_get_native_handle(s, &native), HAL_OK);
     T_EXPECT(native != 0);
     T_EXPECT_STATUS(fx.ops->stream_destroy(s), HAL_OK);
-    t_gate_destroy(&gate);
+    th_gate_destroy(&gate);
     t_close(&fx);
     T_RESULT();
 }
@@ -101,7 +101,7 @@ typedef struct waiting_probe {
 static bool sched_has_waiters(void *arg)
 {
     waiting_probe_t *p = arg;
-    return cpu_sched_waiting(&p->device->sched) >= p->count;
+    return hq_sched_waiting(&p->device->hq.sched) >= p->count;
 }
 
 /* With one execution slot held by a gate, queued work must be granted by priority, FIFO within
@@ -118,15 +118,15 @@ CTEST(CpuStream, PriorityOrder)
     T_EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], -1, &mid), HAL_OK);
     T_EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], -2, &high), HAL_OK);
 
-    t_gate_t gate;
-    t_gate_init(&gate);
+    th_gate_t gate;
+    th_gate_init(&gate);
     t_log_t log;
     t_log_init(&log);
     t_log_entry_t ea = { &log, 'a' }, eb = { &log, 'b' }, em = { &log, 'M' }, eh = { &log, 'H' };
     waiting_probe_t probe = { fx.dev[0], 0 };
 
-    T_EXPECT_STATUS(fx.ops->stream_add_callback(gs, t_gate_cb, &gate), HAL_OK);
-    T_EXPECT(t_wait_until(t_gate_entered, &gate, 10000));
+    T_EXPECT_STATUS(fx.ops->stream_add_callback(gs, th_gate_cb, &gate), HAL_OK);
+    T_EXPECT(th_wait_until(th_gate_entered, &gate, 10000));
     /* Low priority first, then higher ones; wait until each is queued for the slot so the
      * arrival order is known. */
     void *streams[] = { low1, low2, mid, high };
@@ -134,26 +134,26 @@ CTEST(CpuStream, PriorityOrder)
     for (int i = 0; i < 4; i++) {
         T_EXPECT_STATUS(fx.ops->stream_add_callback(streams[i], t_log_cb, entries[i]), HAL_OK);
         probe.count = (uint32_t)i + 1;
-        T_EXPECT(t_wait_until(sched_has_waiters, &probe, 10000));
+        T_EXPECT(th_wait_until(sched_has_waiters, &probe, 10000));
     }
     T_EXPECT(log.len == 0);
-    t_gate_open(&gate);
+    th_gate_open(&gate);
     T_EXPECT_STATUS(fx.ops->device_synchronize(fx.dev[0]), HAL_OK);
     if (strcmp(log.text, "HMab") != 0) {
         fprintf(stderr, "execution order \"%s\", expected \"HMab\"\n", log.text);
         t_failed = 1;
     }
-    T_EXPECT(cpu_sched_waiting(&((cpu_device_t *)fx.dev[0])->sched) == 0);
+    T_EXPECT(hq_sched_waiting(&((cpu_device_t *)fx.dev[0])->hq.sched) == 0);
 
     T_EXPECT_STATUS(fx.ops->stream_destroy(gs), HAL_OK);
     for (int i = 0; i < 4; i++)
         T_EXPECT_STATUS(fx.ops->stream_destroy(streams[i]), HAL_OK);
-    t_gate_destroy(&gate);
+    th_gate_destroy(&gate);
     t_close(&fx);
     T_RESULT();
 }
 
-/* Tasks that do not hold a slot (event waits, CPU_TASK_NO_SLOT) run while another stream
+/* Tasks that do not hold a slot (event waits, HQ_TASK_NO_SLOT) run while another stream
  * occupies the device's only slot. */
 static hal_status_t count_fn(void *arg, hal_status_t status)
 {
@@ -174,37 +174,37 @@ CTEST(CpuStream, NoSlotTasksBypassTheScheduler)
     void *a = NULL, *b = NULL;
     T_EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &a), HAL_OK);
     T_EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &b), HAL_OK);
-    t_gate_t gate;
-    t_gate_init(&gate);
+    th_gate_t gate;
+    th_gate_init(&gate);
     atomic_int count;
     atomic_init(&count, 0);
-    T_EXPECT_STATUS(fx.ops->stream_add_callback(a, t_gate_cb, &gate), HAL_OK);
-    T_EXPECT(t_wait_until(t_gate_entered, &gate, 10000));
-    T_EXPECT_STATUS(cpu_stream_enqueue_fn(b, count_fn, &count, CPU_TASK_NO_SLOT), HAL_OK);
-    T_EXPECT(t_wait_until(count_is_one, &count, 10000));
-    T_EXPECT_STATUS(cpu_stream_enqueue_fn(b, count_fn, &count, 0), HAL_OK);
-    t_sleep_ms(20);
+    T_EXPECT_STATUS(fx.ops->stream_add_callback(a, th_gate_cb, &gate), HAL_OK);
+    T_EXPECT(th_wait_until(th_gate_entered, &gate, 10000));
+    T_EXPECT_STATUS(t_enqueue_fn(b, count_fn, &count, HQ_TASK_NO_SLOT), HAL_OK);
+    T_EXPECT(th_wait_until(count_is_one, &count, 10000));
+    T_EXPECT_STATUS(t_enqueue_fn(b, count_fn, &count, 0), HAL_OK);
+    th_sleep_ms(20);
     T_EXPECT(atomic_load(&count) == 1); /* needs the slot the gate holds */
-    t_gate_open(&gate);
+    th_gate_open(&gate);
     T_EXPECT_STATUS(fx.ops->stream_synchronize(b), HAL_OK);
     T_EXPECT(atomic_load(&count) == 2);
     T_EXPECT_STATUS(fx.ops->stream_destroy(a), HAL_OK);
     T_EXPECT_STATUS(fx.ops->stream_destroy(b), HAL_OK);
-    t_gate_destroy(&gate);
+    th_gate_destroy(&gate);
     t_close(&fx);
     T_RESULT();
 }
 
 typedef struct delayed_open {
-    t_gate_t *gate;
+    th_gate_t *gate;
     int ms;
 } delayed_open_t;
 
 static void *open_later(void *arg)
 {
     delayed_open_t *d = arg;
-    t_sleep_ms(d->ms);
-    t_gate_open(d->gate);
+    th_sleep_ms(d->ms);
+    th_gate_open(d->gate);
     return NULL;
 }
 
@@ -220,13 +220,13 @@ CTEST(CpuStream, DestroyDrainsPendingWork)
     T_EXPECT_STATUS(t_open(&fx, "1", NULL, NULL, NULL), HAL_OK);
     void *s = NULL;
     T_EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &s), HAL_OK);
-    t_gate_t gate;
-    t_gate_init(&gate);
+    th_gate_t gate;
+    th_gate_init(&gate);
     atomic_int count;
     atomic_init(&count, 0);
     enum { N = 300, SIZE = 4096 };
     unsigned char *buf = calloc(N, SIZE);
-    T_EXPECT_STATUS(fx.ops->stream_add_callback(s, t_gate_cb, &gate), HAL_OK);
+    T_EXPECT_STATUS(fx.ops->stream_add_callback(s, th_gate_cb, &gate), HAL_OK);
     for (int i = 0; i < N; i++) {
         hal_backend_ptr_t p = t_ptr(buf + (size_t)i * SIZE, HAL_MEM_KIND_UNREGISTERED);
         T_EXPECT_STATUS(fx.ops->memset_async(s, &p, 0x3c, SIZE), HAL_OK);
@@ -243,7 +243,7 @@ CTEST(CpuStream, DestroyDrainsPendingWork)
     T_EXPECT(set == (size_t)N * SIZE);
     pthread_join(opener, NULL);
     free(buf);
-    t_gate_destroy(&gate);
+    th_gate_destroy(&gate);
     t_close(&fx);
     T_RESULT();
 }
@@ -274,32 +274,32 @@ CTEST(CpuStream, DeviceSynchronizeWaitsForEveryStream)
         T_EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], -(i % 3), &s[i]), HAL_OK);
     void *other = NULL;
     T_EXPECT_STATUS(fx.ops->stream_create(fx.dev[1], 0, &other), HAL_OK);
-    t_gate_t gate, other_gate;
-    t_gate_init(&gate);
-    t_gate_init(&other_gate);
+    th_gate_t gate, other_gate;
+    th_gate_init(&gate);
+    th_gate_init(&other_gate);
     atomic_int count;
     atomic_init(&count, 0);
     for (int i = 0; i < NS; i++)
         T_EXPECT_STATUS(fx.ops->stream_add_callback(s[i], count_cb, &count), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_add_callback(s[NS - 1], t_gate_cb, &gate), HAL_OK);
+    T_EXPECT_STATUS(fx.ops->stream_add_callback(s[NS - 1], th_gate_cb, &gate), HAL_OK);
     /* Work on another device does not hold device 0 up. */
-    T_EXPECT_STATUS(fx.ops->stream_add_callback(other, t_gate_cb, &other_gate), HAL_OK);
+    T_EXPECT_STATUS(fx.ops->stream_add_callback(other, th_gate_cb, &other_gate), HAL_OK);
 
     device_sync_call_t call = { &fx, fx.dev[0], 0, HAL_ERROR_INTERNAL };
     atomic_init(&call.done, 0);
     pthread_t th;
     pthread_create(&th, NULL, device_sync_thread, &call);
-    t_sleep_ms(30);
+    th_sleep_ms(30);
     T_EXPECT(atomic_load(&call.done) == 0);
-    t_gate_open(&gate);
+    th_gate_open(&gate);
     pthread_join(th, NULL);
     T_EXPECT(call.status == HAL_OK);
     T_EXPECT(atomic_load(&count) == NS);
     T_EXPECT_STATUS(fx.ops->stream_query(other), HAL_NOT_READY);
-    t_gate_open(&other_gate);
+    th_gate_open(&other_gate);
 
     /* The first latched error of the device's streams is reported. */
-    T_EXPECT_STATUS(cpu_stream_inject_error(s[5], HAL_ERROR_DEVICE_LOST, "lost in test"), HAL_OK);
+    T_EXPECT_STATUS(hq_stream_inject_error(s[5], HAL_ERROR_DEVICE_LOST, "lost in test"), HAL_OK);
     t_clear_error();
     T_EXPECT_STATUS(fx.ops->device_synchronize(fx.dev[0]), HAL_ERROR_DEVICE_LOST);
     T_EXPECT_MESSAGE("lost in test");
@@ -309,8 +309,8 @@ CTEST(CpuStream, DeviceSynchronizeWaitsForEveryStream)
         T_EXPECT_STATUS(fx.ops->stream_destroy(s[i]), i == 5 ? HAL_ERROR_DEVICE_LOST : HAL_OK);
     T_EXPECT_STATUS(fx.ops->stream_destroy(other), HAL_OK);
     T_EXPECT_STATUS(fx.ops->device_synchronize(fx.dev[0]), HAL_OK); /* no streams left */
-    t_gate_destroy(&gate);
-    t_gate_destroy(&other_gate);
+    th_gate_destroy(&gate);
+    th_gate_destroy(&other_gate);
     t_close(&fx);
     T_RESULT();
 }
@@ -335,7 +335,7 @@ static hal_status_t status_fn(void *arg, hal_status_t status)
 
 static hal_status_t failing_fn(void *arg, hal_status_t status)
 {
-    cpu_task_error("collective step %d failed", *(int *)arg);
+    hq_task_error("collective step %d failed", *(int *)arg);
     return HAL_ERROR_REMOTE;
 }
 
@@ -368,21 +368,21 @@ CTEST(CpuStream, ErrorsLatch)
     atomic_init(&skipped.status, HAL_OK);
 
     /* Everything below is queued before the failure is reached. */
-    t_gate_t gate;
-    t_gate_init(&gate);
-    T_EXPECT_STATUS(fx.ops->stream_add_callback(s, t_gate_cb, &gate), HAL_OK);
-    T_EXPECT_STATUS(cpu_stream_inject_error(s, HAL_ERROR_DEVICE_LOST, "injected device loss"),
+    th_gate_t gate;
+    th_gate_init(&gate);
+    T_EXPECT_STATUS(fx.ops->stream_add_callback(s, th_gate_cb, &gate), HAL_OK);
+    T_EXPECT_STATUS(hq_stream_inject_error(s, HAL_ERROR_DEVICE_LOST, "injected device loss"),
                     HAL_OK);
     T_EXPECT_STATUS(fx.ops->memcpy_async(s, &pb, &ps, sizeof(buf)), HAL_OK);
     T_EXPECT_STATUS(fx.ops->memset_async(s, &pb, 3, sizeof(buf)), HAL_OK);
-    T_EXPECT_STATUS(cpu_stream_enqueue_fn(s, status_fn, &skipped, 0), HAL_OK);
+    T_EXPECT_STATUS(t_enqueue_fn(s, status_fn, &skipped, 0), HAL_OK);
     T_EXPECT_STATUS(fx.ops->event_record(ev, s), HAL_OK);
     T_EXPECT_STATUS(fx.ops->stream_add_callback(s, status_cb, &cb_seen), HAL_OK);
-    T_EXPECT_STATUS(cpu_stream_enqueue_fn(s, status_fn, &fn_seen, CPU_TASK_RUN_ON_ERROR), HAL_OK);
+    T_EXPECT_STATUS(t_enqueue_fn(s, status_fn, &fn_seen, HQ_TASK_RUN_ON_ERROR), HAL_OK);
     /* A later failure does not replace the first. */
-    T_EXPECT_STATUS(cpu_stream_inject_error(s, HAL_ERROR_ABORTED, "second failure"), HAL_OK);
+    T_EXPECT_STATUS(hq_stream_inject_error(s, HAL_ERROR_ABORTED, "second failure"), HAL_OK);
     T_EXPECT_STATUS(fx.ops->stream_query(s), HAL_NOT_READY);
-    t_gate_open(&gate);
+    th_gate_open(&gate);
 
     t_clear_error();
     T_EXPECT_STATUS(fx.ops->stream_synchronize(s), HAL_ERROR_DEVICE_LOST);
@@ -401,7 +401,7 @@ CTEST(CpuStream, ErrorsLatch)
     /* Sticky: new data work is refused, callbacks still run and are told. */
     T_EXPECT_STATUS(fx.ops->memcpy_async(s, &pb, &ps, sizeof(buf)), HAL_ERROR_DEVICE_LOST);
     T_EXPECT_STATUS(fx.ops->memset_async(s, &pb, 0, sizeof(buf)), HAL_ERROR_DEVICE_LOST);
-    T_EXPECT_STATUS(cpu_stream_enqueue_fn(s, status_fn, &skipped, 0), HAL_ERROR_DEVICE_LOST);
+    T_EXPECT_STATUS(t_enqueue_fn(s, status_fn, &skipped, 0), HAL_ERROR_DEVICE_LOST);
     T_EXPECT_STATUS(fx.ops->stream_add_callback(s, status_cb, &cb_seen), HAL_OK);
     T_EXPECT_STATUS(fx.ops->stream_synchronize(s), HAL_ERROR_DEVICE_LOST);
     T_EXPECT(atomic_load(&cb_seen.calls) == 2);
@@ -418,7 +418,7 @@ CTEST(CpuStream, ErrorsLatch)
     T_EXPECT_MESSAGE("injected device loss");
     T_EXPECT_STATUS(fx.ops->stream_destroy(healthy), HAL_OK);
     fx.ops->event_destroy(ev);
-    t_gate_destroy(&gate);
+    th_gate_destroy(&gate);
     t_close(&fx);
     T_RESULT();
 }
@@ -432,16 +432,16 @@ CTEST(CpuStream, TaskFunctionErrorsLatchWithTheirMessage)
     T_EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &s), HAL_OK);
     T_EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &s2), HAL_OK);
     int step = 7;
-    T_EXPECT_STATUS(cpu_stream_enqueue_fn(s, failing_fn, &step, 0), HAL_OK);
+    T_EXPECT_STATUS(t_enqueue_fn(s, failing_fn, &step, 0), HAL_OK);
     t_clear_error();
     T_EXPECT_STATUS(fx.ops->stream_synchronize(s), HAL_ERROR_REMOTE);
     T_EXPECT_MESSAGE("collective step 7 failed");
-    T_EXPECT_STATUS(cpu_stream_enqueue_fn(s2, silent_failing_fn, NULL, 0), HAL_OK);
+    T_EXPECT_STATUS(t_enqueue_fn(s2, silent_failing_fn, NULL, 0), HAL_OK);
     t_clear_error();
     T_EXPECT_STATUS(fx.ops->stream_synchronize(s2), HAL_ERROR_TIMEOUT);
     T_EXPECT_MESSAGE("HAL_ERROR_TIMEOUT");
-    /* Outside a task, cpu_task_error does nothing. */
-    cpu_task_error("ignored %d", 1);
+    /* Outside a task, hq_task_error does nothing. */
+    hq_task_error("ignored %d", 1);
     T_EXPECT_STATUS(fx.ops->stream_destroy(s), HAL_ERROR_REMOTE);
     T_EXPECT_STATUS(fx.ops->stream_destroy(s2), HAL_ERROR_TIMEOUT);
     t_close(&fx);

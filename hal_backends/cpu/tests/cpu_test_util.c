@@ -112,69 +112,6 @@ void t_close(t_fixture_t *fx)
     memset(fx, 0, sizeof(*fx));
 }
 
-/* Prepares a closed gate. */
-void t_gate_init(t_gate_t *gate)
-{
-    pthread_mutex_init(&gate->lock, NULL);
-    pthread_cond_init(&gate->cv, NULL);
-    gate->open = false;
-    atomic_init(&gate->entered, 0);
-    atomic_init(&gate->status, HAL_OK);
-}
-
-/* Lets every callback blocked on the gate return. */
-void t_gate_open(t_gate_t *gate)
-{
-    pthread_mutex_lock(&gate->lock);
-    gate->open = true;
-    pthread_cond_broadcast(&gate->cv);
-    pthread_mutex_unlock(&gate->lock);
-}
-
-/* Frees the gate's primitives; no callback may still use it. */
-void t_gate_destroy(t_gate_t *gate)
-{
-    pthread_cond_destroy(&gate->cv);
-    pthread_mutex_destroy(&gate->lock);
-}
-
-/* Stream callback: blocks until the gate opens. */
-void t_gate_cb(hal_status_t status, void *gate_)
-{
-    t_gate_t *gate = gate_;
-    atomic_store(&gate->status, status);
-    atomic_fetch_add(&gate->entered, 1);
-    pthread_mutex_lock(&gate->lock);
-    while (!gate->open)
-        pthread_cond_wait(&gate->cv, &gate->lock);
-    pthread_mutex_unlock(&gate->lock);
-}
-
-/* Whether a gate callback has started. */
-bool t_gate_entered(void *gate)
-{
-    return atomic_load(&((t_gate_t *)gate)->entered) > 0;
-}
-
-/* Sleeps for a few milliseconds. */
-void t_sleep_ms(int ms)
-{
-    struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L };
-    nanosleep(&ts, NULL);
-}
-
-/* Polls a predicate with a deadline, so a broken backend fails a test instead of hanging it. */
-bool t_wait_until(bool (*pred)(void *arg), void *arg, int ms)
-{
-    for (int i = 0; i < ms * 10; i++) {
-        if (pred(arg))
-            return true;
-        struct timespec ts = { .tv_sec = 0, .tv_nsec = 100000 };
-        nanosleep(&ts, NULL);
-    }
-    return pred(arg);
-}
-
 /* Prepares an empty log. */
 void t_log_init(t_log_t *log)
 {
@@ -219,4 +156,22 @@ hal_backend_ptr_t t_alloc_ptr(void *base, void *cookie, size_t size, size_t offs
     r.cookie = cookie;
     r.offset = offset;
     return r;
+}
+
+typedef struct t_fn_task {
+    hal_stream_host_fn_t fn;
+    void *arg;
+} t_fn_task_t;
+
+static hal_status_t run_fn_task(hq_stream_t *stream, void *payload, hal_status_t stream_status)
+{
+    const t_fn_task_t *t = payload;
+    return t->fn(t->arg, stream_status);
+}
+
+/* Runs a plain function as an engine work task. */
+hal_status_t t_enqueue_fn(void *stream, hal_stream_host_fn_t fn, void *arg, uint32_t flags)
+{
+    t_fn_task_t t = { fn, arg };
+    return hq_stream_enqueue(stream, run_fn_task, &t, sizeof(t), flags);
 }

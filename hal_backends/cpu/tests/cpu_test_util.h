@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Helpers for the cpu backend's internal tests: they drive the ops table directly (no core, no
- * dlopen) with a minimal host-services struct that keeps the last error message per thread. */
+ * dlopen) with a minimal host-services struct that keeps the last error message per thread.
+ * Gates that hold a stream (th_gate_*), polling (th_wait_until) and th_sleep_ms are the engine
+ * tests' (hq_test_util.h). */
 #ifndef HAL_BACKENDS_CPU_TESTS_CPU_TEST_UTIL_H
 #define HAL_BACKENDS_CPU_TESTS_CPU_TEST_UTIL_H
 
@@ -10,6 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "hal_backends/common/tests/hq_test_util.h" /* gates, polling, sleeping */
 #include "hal_backends/cpu/cpu_internal.h"
 #include "tools/ctest/ctest.h"
 
@@ -33,7 +36,7 @@ void t_clear_error(void);
         hal_status_t t_st_ = (call);                                                               \
         if (t_st_ != (expected)) {                                                                 \
             fprintf(stderr, "%s:%d: %s returned %s, expected %s (last error: \"%s\")\n", __FILE__, \
-                    __LINE__, #call, cpu_status_name(t_st_), cpu_status_name(expected),            \
+                    __LINE__, #call, hq_status_name(t_st_), hq_status_name(expected),              \
                     t_last_error());                                                               \
             t_failed = 1;                                                                          \
         }                                                                                          \
@@ -75,24 +78,6 @@ hal_status_t t_open_with_host(t_fixture_t *fx, const hal_host_services_t *host, 
 /* Closes the devices and finalises the backend. */
 void t_close(t_fixture_t *fx);
 
-/* A callback that blocks its stream (and the execution slot it holds) until opened. */
-typedef struct t_gate {
-    pthread_mutex_t lock;
-    pthread_cond_t cv;
-    bool open;
-    atomic_int entered;
-    atomic_int status; /* stream status the callback saw */
-} t_gate_t;
-
-void t_gate_init(t_gate_t *gate);
-void t_gate_open(t_gate_t *gate);
-void t_gate_destroy(t_gate_t *gate);
-void t_gate_cb(hal_status_t status, void *gate);
-
-/* Polls pred(arg) every 100 us for up to `ms` milliseconds. */
-bool t_wait_until(bool (*pred)(void *arg), void *arg, int ms);
-bool t_gate_entered(void *gate);
-
 /* Appends a character to a log from a callback (the log is shared by several streams). */
 typedef struct t_log {
     pthread_mutex_t lock;
@@ -115,7 +100,8 @@ hal_backend_ptr_t t_ptr(void *p, hal_mem_kind_t kind);
 hal_backend_ptr_t t_alloc_ptr(void *base, void *cookie, size_t size, size_t offset,
                               hal_mem_kind_t kind);
 
-/* Sleeps for `ms` milliseconds. */
-void t_sleep_ms(int ms);
+/* Queues fn(arg, stream_status) as an engine work task with HQ_TASK_* flags (the building
+ * block of the toolkit's host functions, with a plain function and argument). */
+hal_status_t t_enqueue_fn(void *stream, hal_stream_host_fn_t fn, void *arg, uint32_t flags);
 
 #endif /* HAL_BACKENDS_CPU_TESTS_CPU_TEST_UTIL_H */

@@ -381,11 +381,14 @@ CTEST(TrnStream, DeviceSynchronizeAndDestroyWait)
 
 /* When more streams have transfers than the core runs at once, the higher-priority stream goes
  * first. Two slow device copies occupy both of the core's slots (the emulator at 62.5 MB/s
- * takes about 270 ms for each of them, one after the other: the core's DMA is shared); a
- * low-priority stream then queues a copy, and 40 ms later a high-priority one, both into the
- * same host buffer: the high-priority copy runs as soon as the first slot comes free, the
- * low-priority one after it, so the buffer ends up holding the low-priority stream's bytes.
- * (Host-to-host copies need a slot but no DMA, so they finish the moment they run.) */
+ * takes about 270 ms for the first and 540 ms for the second, twice as large, one after the
+ * other: the core's DMA is shared); a low-priority stream then queues a copy, and 40 ms later a
+ * high-priority one, both into the same host buffer: the high-priority copy runs as soon as the
+ * first slot comes free, the low-priority one after it, so the buffer ends up holding the
+ * low-priority stream's bytes. (Host-to-host copies need a slot but no DMA, so they finish the
+ * moment they run.) The second copy is the larger one so that the slots come free far apart
+ * even where the emulator's own memcpy outlasts its DMA model (under ThreadSanitizer both
+ * copies would otherwise end together, and both waiting streams would run at once.) */
 CTEST(TrnStream, PriorityOrdersWaitingTransfers)
 {
     int tt_failed = 0;
@@ -394,9 +397,9 @@ CTEST(TrnStream, PriorityOrdersWaitingTransfers)
     tt_env_reset();
     tt_setenv("NEURON_EMU_DMA_GBPS", "0.0625");
     TT_EXPECT_OK(fx_open(&fx));
-    const size_t big = 16u << 20;
+    const size_t big = 16u << 20, size[2] = { big, 2 * big };
     hal_stream_t busy[2] = { NULL, NULL }, low = NULL, high = NULL;
-    uint8_t *d[2] = { NULL, NULL }, *host = calloc(1, big);
+    uint8_t *d[2] = { NULL, NULL }, *host = calloc(1, 2 * big);
     uint8_t from_low[64], from_high[64], shared[64];
     memset(from_low, 'L', sizeof(from_low));
     memset(from_high, 'H', sizeof(from_high));
@@ -404,13 +407,13 @@ CTEST(TrnStream, PriorityOrdersWaitingTransfers)
     TT_EXPECT(host != NULL);
     for (int i = 0; i < 2; i++) {
         TT_EXPECT_OK(hal_stream_create(fx.dev[0], 0, &busy[i]));
-        TT_EXPECT_OK(hal_mem_alloc(fx.dev[0], HAL_MEM_KIND_DEVICE, big, 0, (void **)&d[i]));
+        TT_EXPECT_OK(hal_mem_alloc(fx.dev[0], HAL_MEM_KIND_DEVICE, size[i], 0, (void **)&d[i]));
     }
     TT_EXPECT_OK(hal_stream_create(fx.dev[0], 0, &low));
     TT_EXPECT_OK(hal_stream_create(fx.dev[0], -2, &high));
     if (!tt_failed) {
         for (int i = 0; i < 2; i++)
-            TT_EXPECT_OK(hal_memcpy_async(d[i], host, big, busy[i]));
+            TT_EXPECT_OK(hal_memcpy_async(d[i], host, size[i], busy[i]));
         sleep_ms(40);
         TT_EXPECT_OK(hal_memcpy_async(shared, from_low, sizeof(shared), low));
         sleep_ms(40);

@@ -42,14 +42,14 @@ CTEST(TrnUnit, StatusMapping)
         hal_status_t got = trn_status_from_nrt(cases[i].rc, cases[i].op);
         if (got != cases[i].want)
             fprintf(stderr, "NRT status %d: %s, expected %s\n", (int)cases[i].rc,
-                    trn_status_hal_name(got), trn_status_hal_name(cases[i].want));
+                    hq_status_name(got), hq_status_name(cases[i].want));
         CTEST_CHECK(got == cases[i].want);
     }
     CTEST_CHECK(strcmp(trn_status_nrt_name(NULL, NRT_RESOURCE), "NRT_RESOURCE") == 0);
     CTEST_CHECK(strcmp(trn_status_nrt_name(NULL, NRT_NETWORK_PROXY_FAILURE),
                        "NRT_NETWORK_PROXY_FAILURE") == 0);
     CTEST_CHECK(strcmp(trn_status_nrt_name(NULL, (NRT_STATUS)8), "UNKNOWN STATUS") == 0);
-    CTEST_CHECK(strcmp(trn_status_hal_name(HAL_ERROR_DEVICE_LOST), "HAL_ERROR_DEVICE_LOST") == 0);
+    CTEST_CHECK(strcmp(hq_status_name(HAL_ERROR_DEVICE_LOST), "HAL_ERROR_DEVICE_LOST") == 0);
     return CTEST_PASS;
 }
 
@@ -88,7 +88,7 @@ CTEST(TrnUnit, StatusMessages)
 /* ---- scheduler ----------------------------------------------------------------------------- */
 
 typedef struct contender {
-    trn_sched_t *sched;
+    hq_sched_t *sched;
     int32_t priority;
     char name;
     pthread_mutex_t *lock;
@@ -100,21 +100,21 @@ static void *contend(void *arg)
     contender_t *c = arg;
     pthread_cond_t cv;
     pthread_cond_init(&cv, NULL);
-    trn_sched_acquire(c->sched, c->priority, &cv);
+    hq_sched_acquire(c->sched, c->priority, &cv);
     pthread_mutex_lock(c->lock);
     size_t n = strlen(c->order);
     c->order[n] = c->name;
     c->order[n + 1] = '\0';
     pthread_mutex_unlock(c->lock);
-    trn_sched_release(c->sched);
+    hq_sched_release(c->sched);
     pthread_cond_destroy(&cv);
     return NULL;
 }
 
-static bool wait_waiting(trn_sched_t *sched, uint32_t n)
+static bool wait_waiting(hq_sched_t *sched, uint32_t n)
 {
     for (int i = 0; i < 20000; i++) {
-        if (trn_sched_waiting(sched) == n)
+        if (hq_sched_waiting(sched) == n)
             return true;
         struct timespec ts = { 0, 100000 };
         nanosleep(&ts, NULL);
@@ -125,11 +125,11 @@ static bool wait_waiting(trn_sched_t *sched, uint32_t n)
 /* Waiters get a freed slot by priority (numerically lower first), FIFO within a priority. */
 CTEST(TrnUnit, SchedulerPriorityOrder)
 {
-    trn_sched_t sched;
-    CTEST_CHECK(trn_sched_init(&sched, 1) == HAL_OK);
+    hq_sched_t sched;
+    CTEST_CHECK(hq_sched_init(&sched, 1, 0) == HAL_OK);
     pthread_cond_t cv;
     pthread_cond_init(&cv, NULL);
-    trn_sched_acquire(&sched, 0, &cv); /* the only slot */
+    hq_sched_acquire(&sched, 0, &cv); /* the only slot */
     pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
     char order[8] = "";
     contender_t c[4] = {
@@ -144,11 +144,11 @@ CTEST(TrnUnit, SchedulerPriorityOrder)
         pthread_create(&t[i], NULL, contend, &c[i]);
         ok = ok && wait_waiting(&sched, (uint32_t)i + 1);
     }
-    trn_sched_release(&sched);
+    hq_sched_release(&sched);
     for (int i = 0; i < 4; i++)
         pthread_join(t[i], NULL);
     pthread_cond_destroy(&cv);
-    trn_sched_destroy(&sched);
+    hq_sched_destroy(&sched);
     if (strcmp(order, "HMab") != 0)
         fprintf(stderr, "slot order \"%s\", expected \"HMab\"\n", order);
     CTEST_CHECK(ok);
@@ -201,13 +201,13 @@ CTEST(TrnUnit, LaunchHostFn)
     CTEST_CHECK(trn_device_open(&backend, 0, &dev_) == HAL_OK);
     trn_device_t *dev = dev_;
     CTEST_CHECK(dev->total_memory == ((uint64_t)1 << 30));
-    CTEST_CHECK(trn_stream_create(dev, 0, &stream_) == HAL_OK);
+    CTEST_CHECK(hq_stream_create(dev, 0, &stream_) == HAL_OK);
 
     /* Hold every slot of the core: host functions and callbacks must still run. */
     pthread_cond_t cv;
     pthread_cond_init(&cv, NULL);
     for (unsigned i = 0; i < TRN_DEVICE_SLOTS; i++)
-        trn_sched_acquire(&dev->sched, 0, &cv);
+        hq_sched_acquire(&dev->hq.sched, 0, &cv);
 
     fn_probe_t ok = { .result = HAL_OK },
                bad = { .result = HAL_ERROR_REMOTE, .message = "peer 3 vanished" },
@@ -216,33 +216,33 @@ CTEST(TrnUnit, LaunchHostFn)
     atomic_init(&bad.runs, 0);
     atomic_init(&after.runs, 0);
     atomic_init(&quiet.runs, 0);
-    CTEST_CHECK(trn_stream_launch_host_fn(stream_, host_fn, &ok) == HAL_OK);
-    CTEST_CHECK(trn_stream_synchronize(stream_) == HAL_OK);
+    CTEST_CHECK(hq_stream_launch_host_fn(stream_, host_fn, &ok) == HAL_OK);
+    CTEST_CHECK(hq_stream_synchronize(stream_) == HAL_OK);
     CTEST_CHECK(atomic_load(&ok.runs) == 1 && atomic_load(&ok.seen_status) == HAL_OK);
 
-    CTEST_CHECK(trn_stream_add_callback(stream_, leave_stale_detail, NULL) == HAL_OK);
-    CTEST_CHECK(trn_stream_launch_host_fn(stream_, host_fn, &bad) == HAL_OK);
-    CTEST_CHECK(trn_stream_launch_host_fn(stream_, host_fn, &after) == HAL_OK);
-    CTEST_CHECK(trn_stream_synchronize(stream_) == HAL_ERROR_REMOTE);
+    CTEST_CHECK(hq_stream_add_callback(stream_, leave_stale_detail, NULL) == HAL_OK);
+    CTEST_CHECK(hq_stream_launch_host_fn(stream_, host_fn, &bad) == HAL_OK);
+    CTEST_CHECK(hq_stream_launch_host_fn(stream_, host_fn, &after) == HAL_OK);
+    CTEST_CHECK(hq_stream_synchronize(stream_) == HAL_ERROR_REMOTE);
     const char *msg = ctest_host_services.take_error();
     CTEST_CHECK(msg != NULL && strstr(msg, "the stream failed earlier: peer 3 vanished") != NULL);
     CTEST_CHECK(atomic_load(&after.runs) == 1);
     CTEST_CHECK(atomic_load(&after.seen_status) == HAL_ERROR_REMOTE);
-    CTEST_CHECK(trn_stream_destroy(stream_) == HAL_ERROR_REMOTE);
+    CTEST_CHECK(hq_stream_destroy(stream_) == HAL_ERROR_REMOTE);
 
     /* A failure without a detail is named by its status, not by a stale detail. */
-    CTEST_CHECK(trn_stream_create(dev, 0, &stream_) == HAL_OK);
-    CTEST_CHECK(trn_stream_add_callback(stream_, leave_stale_detail, NULL) == HAL_OK);
-    CTEST_CHECK(trn_stream_launch_host_fn(stream_, host_fn, &quiet) == HAL_OK);
-    CTEST_CHECK(trn_stream_synchronize(stream_) == HAL_ERROR_TIMEOUT);
+    CTEST_CHECK(hq_stream_create(dev, 0, &stream_) == HAL_OK);
+    CTEST_CHECK(hq_stream_add_callback(stream_, leave_stale_detail, NULL) == HAL_OK);
+    CTEST_CHECK(hq_stream_launch_host_fn(stream_, host_fn, &quiet) == HAL_OK);
+    CTEST_CHECK(hq_stream_synchronize(stream_) == HAL_ERROR_TIMEOUT);
     msg = ctest_host_services.take_error();
     CTEST_CHECK(msg != NULL &&
                 strstr(msg, "a stream host function failed with HAL_ERROR_TIMEOUT") != NULL);
-    CTEST_CHECK(trn_device_synchronize(dev) == HAL_ERROR_TIMEOUT);
-    CTEST_CHECK(trn_stream_destroy(stream_) == HAL_ERROR_TIMEOUT);
+    CTEST_CHECK(hq_device_synchronize(dev) == HAL_ERROR_TIMEOUT);
+    CTEST_CHECK(hq_stream_destroy(stream_) == HAL_ERROR_TIMEOUT);
 
     for (unsigned i = 0; i < TRN_DEVICE_SLOTS; i++)
-        trn_sched_release(&dev->sched);
+        hq_sched_release(&dev->hq.sched);
     pthread_cond_destroy(&cv);
     trn_device_close(dev);
     return CTEST_PASS;

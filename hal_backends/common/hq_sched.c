@@ -1,21 +1,19 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* cpu backend: per-device execution slots. A device runs at most HAL_CPU_DEVICE_CONCURRENCY
- * stream tasks at once; this is what gives stream priorities a meaning. When slots run short,
- * waiting workers are served in priority order (numerically lower first), FIFO within one
- * priority.
+/* Backend toolkit: per-device execution slots (see hq_sched.h).
  *
- * Fast path: while nobody waits, a slot is one compare-and-swap on free_slots. Once a worker
+ * Fast path: while nobody waits, a slot is one compare-and-swap on free_slots. Once a thread
  * waits, every acquirer queues under the lock so that a freed slot goes to the best waiter and
  * cannot be stolen by a newcomer. A releaser increments free_slots and then looks at `waiting`;
  * a waiter increments `waiting` and then looks at free_slots (both sequentially consistent), so
  * at least one of them sees the other and no slot is stranded. */
-#include "hal_backends/cpu/cpu_internal.h"
+#include "hal_backends/common/hq_sched.h"
+#include "hal_backends/common/hq_time.h"
 
-/* Sets up `slots` execution slots. Returns HAL_OK or HAL_ERROR_OUT_OF_HOST_MEMORY. */
-hal_status_t cpu_sched_init(cpu_sched_t *sched, uint32_t slots, uint32_t spin_us)
+hal_status_t hq_sched_init(hq_sched_t *sched, uint32_t slots, uint32_t spin_us)
 {
     if (pthread_mutex_init(&sched->lock, NULL) != 0)
         return HAL_ERROR_OUT_OF_HOST_MEMORY;
+    sched->slots = slots;
     atomic_init(&sched->free_slots, (int)slots);
     atomic_init(&sched->waiting, 0);
     sched->waiters = NULL;
@@ -23,13 +21,12 @@ hal_status_t cpu_sched_init(cpu_sched_t *sched, uint32_t slots, uint32_t spin_us
     return HAL_OK;
 }
 
-/* Releases the scheduler; no worker may be using it. */
-void cpu_sched_destroy(cpu_sched_t *sched)
+void hq_sched_destroy(hq_sched_t *sched)
 {
     pthread_mutex_destroy(&sched->lock);
 }
 
-static bool take_slot(cpu_sched_t *sched)
+static bool take_slot(hq_sched_t *sched)
 {
     int n = atomic_load(&sched->free_slots);
     while (n > 0) {
@@ -42,10 +39,10 @@ static bool take_slot(cpu_sched_t *sched)
 /* Hands free slots to the queued waiters, best first. Caller holds the lock. A granted waiter
  * may return (and its stack frame vanish) as soon as it sees `granted`, so nothing of it is
  * touched after that store; a sleeping one cannot leave cond_wait before we unlock. */
-static void dispatch_locked(cpu_sched_t *sched)
+static void dispatch_locked(hq_sched_t *sched)
 {
     while (sched->waiters != NULL && take_slot(sched)) {
-        cpu_sched_waiter_t *w = sched->waiters;
+        hq_sched_waiter_t *w = sched->waiters;
         sched->waiters = w->next;
         atomic_fetch_sub(&sched->waiting, 1);
         bool sleeping = w->sleeping;
@@ -58,20 +55,20 @@ static void dispatch_locked(cpu_sched_t *sched)
 
 static bool waiter_granted(const void *w)
 {
-    return atomic_load_explicit(&((const cpu_sched_waiter_t *)w)->granted, memory_order_acquire);
+    return atomic_load_explicit(&((const hq_sched_waiter_t *)w)->granted, memory_order_acquire);
 }
 
-/* Blocks until the caller owns an execution slot. `cv` is a condition variable private to the
- * caller, used only with the scheduler's lock. */
-void cpu_sched_acquire(cpu_sched_t *sched, int32_t priority, pthread_cond_t *cv)
+void hq_sched_acquire(hq_sched_t *sched, int32_t priority, pthread_cond_t *cv)
 {
+    if (sched->slots == 0)
+        return;
     if (atomic_load(&sched->waiting) == 0 && take_slot(sched))
         return;
 
-    cpu_sched_waiter_t w = { .next = NULL, .priority = priority, .sleeping = false, .cv = cv };
+    hq_sched_waiter_t w = { .next = NULL, .priority = priority, .sleeping = false, .cv = cv };
     atomic_init(&w.granted, false);
     pthread_mutex_lock(&sched->lock);
-    cpu_sched_waiter_t **pos = &sched->waiters;
+    hq_sched_waiter_t **pos = &sched->waiters;
     while (*pos != NULL && (*pos)->priority <= priority)
         pos = &(*pos)->next;
     w.next = *pos;
@@ -80,7 +77,7 @@ void cpu_sched_acquire(cpu_sched_t *sched, int32_t priority, pthread_cond_t *cv)
     dispatch_locked(sched);
     pthread_mutex_unlock(&sched->lock);
 
-    if (cpu_spin_until(waiter_granted, &w, sched->spin_us))
+    if (hq_spin_until(waiter_granted, &w, sched->spin_us))
         return;
     pthread_mutex_lock(&sched->lock);
     while (!atomic_load(&w.granted)) {
@@ -91,9 +88,10 @@ void cpu_sched_acquire(cpu_sched_t *sched, int32_t priority, pthread_cond_t *cv)
     pthread_mutex_unlock(&sched->lock);
 }
 
-/* Returns a slot; the best waiter, if any, gets it. */
-void cpu_sched_release(cpu_sched_t *sched)
+void hq_sched_release(hq_sched_t *sched)
 {
+    if (sched->slots == 0)
+        return;
     atomic_fetch_add(&sched->free_slots, 1);
     if (atomic_load(&sched->waiting) == 0)
         return;
@@ -102,8 +100,7 @@ void cpu_sched_release(cpu_sched_t *sched)
     pthread_mutex_unlock(&sched->lock);
 }
 
-/* Number of workers queued for a slot (lets tests wait until contention is set up). */
-uint32_t cpu_sched_waiting(cpu_sched_t *sched)
+uint32_t hq_sched_waiting(hq_sched_t *sched)
 {
     return atomic_load(&sched->waiting);
 }
