@@ -51,42 +51,42 @@ CTEST(caching_allocator, create_checks_arguments)
     int rc = CTEST_FAIL;
     fixture_t f;
     hal_allocator_t a = NULL;
-    CHECK_OK_GOTO(fixture_open(&f, NULL), out, out);
+    CHECK_OK_GOTO(fixture_open(&f, NULL), out);
 
-    CHECK_STATUS_GOTO(hal_allocator_create(NULL, NULL, &a), HAL_ERROR_INVALID_HANDLE, out, out);
-    CHECK_STATUS_GOTO(hal_allocator_create(f.dev, NULL, NULL), HAL_ERROR_INVALID_ARGUMENT, out, out);
-    CHECK_MESSAGE_GOTO("cpu: hal_allocator_create:", out, out);
+    CHECK_STATUS_GOTO(hal_allocator_create(NULL, NULL, &a), HAL_ERROR_INVALID_HANDLE, out);
+    CHECK_STATUS_GOTO(hal_allocator_create(f.dev, NULL, NULL), HAL_ERROR_INVALID_ARGUMENT, out);
+    CHECK_MESSAGE_GOTO("cpu: hal_allocator_create:", out);
     hal_allocator_config_t cfg = HAL_ALLOCATOR_CONFIG_INIT;
     cfg.struct_size = sizeof(hal_ext_header_t);
-    CHECK_STATUS_GOTO(hal_allocator_create(f.dev, &cfg, &a), HAL_ERROR_INVALID_ARGUMENT, out, out);
+    CHECK_STATUS_GOTO(hal_allocator_create(f.dev, &cfg, &a), HAL_ERROR_INVALID_ARGUMENT, out);
     cfg = (hal_allocator_config_t)HAL_ALLOCATOR_CONFIG_INIT;
     cfg.kind = HAL_MEM_KIND_UNREGISTERED;
-    CHECK_STATUS_GOTO(hal_allocator_create(f.dev, &cfg, &a), HAL_ERROR_INVALID_ARGUMENT, out, out);
+    CHECK_STATUS_GOTO(hal_allocator_create(f.dev, &cfg, &a), HAL_ERROR_INVALID_ARGUMENT, out);
     cfg = (hal_allocator_config_t)HAL_ALLOCATOR_CONFIG_INIT;
     cfg.small_segment = 512 * KiB;
-    CHECK_STATUS_GOTO(hal_allocator_create(f.dev, &cfg, &a), HAL_ERROR_INVALID_ARGUMENT, out, out);
-    CHECK_MESSAGE_GOTO("small_segment", out, out);
+    CHECK_STATUS_GOTO(hal_allocator_create(f.dev, &cfg, &a), HAL_ERROR_INVALID_ARGUMENT, out);
+    CHECK_MESSAGE_GOTO("small_segment", out);
     cfg = (hal_allocator_config_t)HAL_ALLOCATOR_CONFIG_INIT;
     cfg.large_round = 1000;
-    CHECK_STATUS_GOTO(hal_allocator_create(f.dev, &cfg, &a), HAL_ERROR_INVALID_ARGUMENT, out, out);
+    CHECK_STATUS_GOTO(hal_allocator_create(f.dev, &cfg, &a), HAL_ERROR_INVALID_ARGUMENT, out);
     T_CHECK(a == NULL);
 
     /* The cpu backend has shared memory, so a shared-kind allocator works. */
     cfg = (hal_allocator_config_t)HAL_ALLOCATOR_CONFIG_INIT;
     cfg.kind = HAL_MEM_KIND_SHARED;
-    CHECK_OK_GOTO(hal_allocator_create(f.dev, &cfg, &a), out, out);
+    CHECK_OK_GOTO(hal_allocator_create(f.dev, &cfg, &a), out);
     void *p = NULL;
-    CHECK_OK_GOTO(hal_allocator_alloc(a, 100, NULL, &p), out, out);
+    CHECK_OK_GOTO(hal_allocator_alloc(a, 100, NULL, &p), out);
     hal_mem_info_t info = HAL_MEM_INFO_INIT;
-    CHECK_OK_GOTO(hal_mem_get_info(p, &info), out, out);
+    CHECK_OK_GOTO(hal_mem_get_info(p, &info), out);
     T_CHECK(info.kind == HAL_MEM_KIND_SHARED);
-    CHECK_OK_GOTO(hal_allocator_free(a, p), out, out);
-    CHECK_OK_GOTO(hal_allocator_destroy(a), out, out);
+    CHECK_OK_GOTO(hal_allocator_free(a, p), out);
+    CHECK_OK_GOTO(hal_allocator_destroy(a), out);
 
     /* A destroyed allocator is a stale handle. */
-    CHECK_STATUS_GOTO(hal_allocator_destroy(a), HAL_ERROR_INVALID_HANDLE, out, out);
-    CHECK_STATUS_GOTO(hal_allocator_alloc(a, 1, NULL, &p), HAL_ERROR_INVALID_HANDLE, out, out);
-    CHECK_STATUS_GOTO(hal_allocator_destroy(NULL), HAL_ERROR_INVALID_HANDLE, out, out);
+    CHECK_STATUS_GOTO(hal_allocator_destroy(a), HAL_ERROR_INVALID_HANDLE, out);
+    CHECK_STATUS_GOTO(hal_allocator_alloc(a, 1, NULL, &p), HAL_ERROR_INVALID_HANDLE, out);
+    CHECK_STATUS_GOTO(hal_allocator_destroy(NULL), HAL_ERROR_INVALID_HANDLE, out);
     rc = CTEST_PASS;
 out:
     fixture_close(&f);
@@ -99,16 +99,16 @@ CTEST(caching_allocator, rounds_requests_to_512_bytes)
     fixture_t f;
     void *p = NULL, *q = NULL, *z = (void *)1, *base = NULL;
     size_t size = 0;
-    CHECK_OK_GOTO(fixture_open(&f, NULL), out, out);
+    CHECK_OK_GOTO(fixture_open(&f, NULL), out);
 
-    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 1, NULL, &p), out, out);
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 1, NULL, &p), out);
     T_CHECK(((uintptr_t)p & 511) == 0);
     hal_allocator_stats_t s = stats_of(f.alloc);
     T_CHECK(s.allocated_bytes == 512 && s.requested_bytes == 1);
-    CHECK_OK_GOTO(hal_allocator_get_block(f.alloc, p, &base, &size), out, out);
+    CHECK_OK_GOTO(hal_allocator_get_block(f.alloc, p, &base, &size), out);
     T_CHECK(base == p && size == 1);
 
-    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 513, NULL, &q), out, out);
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 513, NULL, &q), out);
     T_CHECK(((uintptr_t)q & 511) == 0);
     s = stats_of(f.alloc);
     T_CHECK(s.allocated_bytes == 512 + 1024 && s.requested_bytes == 514);
@@ -117,14 +117,14 @@ CTEST(caching_allocator, rounds_requests_to_512_bytes)
     T_CHECK(s.segment_alloc_count == 1 && s.reserved_bytes == 2 * MiB);
 
     /* Size 0 yields NULL and counts nothing. */
-    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 0, NULL, &z), out, out);
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 0, NULL, &z), out);
     T_CHECK(z == NULL);
     T_CHECK(stats_of(f.alloc).alloc_count == 2);
-    CHECK_OK_GOTO(hal_allocator_free(f.alloc, NULL), out, out);
+    CHECK_OK_GOTO(hal_allocator_free(f.alloc, NULL), out);
 
-    CHECK_OK_GOTO(hal_allocator_free(f.alloc, p), out, out);
+    CHECK_OK_GOTO(hal_allocator_free(f.alloc, p), out);
     p = NULL;
-    CHECK_OK_GOTO(hal_allocator_free(f.alloc, q), out, out);
+    CHECK_OK_GOTO(hal_allocator_free(f.alloc, q), out);
     q = NULL;
     s = stats_of(f.alloc);
     T_CHECK(s.allocated_bytes == 0 && s.requested_bytes == 0 && s.active_blocks == 0);
@@ -142,38 +142,38 @@ CTEST(caching_allocator, small_and_large_pools)
     int rc = CTEST_FAIL;
     fixture_t f;
     void *small = NULL, *mid = NULL, *large = NULL, *tiny = NULL;
-    CHECK_OK_GOTO(fixture_open(&f, NULL), out, out);
+    CHECK_OK_GOTO(fixture_open(&f, NULL), out);
 
     /* 1 MiB is still small: a 2 MiB small segment, split. */
-    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 1 * MiB, NULL, &small), out, out);
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 1 * MiB, NULL, &small), out);
     hal_allocator_stats_t s = stats_of(f.alloc);
     T_CHECK(s.reserved_bytes == 2 * MiB && s.allocated_bytes == 1 * MiB);
     T_CHECK(s.cached_blocks == 1 && s.cached_bytes == 1 * MiB);
 
     /* Just above 1 MiB is large: its own 2 MiB segment; the remainder (< 1 MiB) is not split off
      * and the small pool's free megabyte is not used. */
-    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 1 * MiB + 1, NULL, &mid), out, out);
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 1 * MiB + 1, NULL, &mid), out);
     s = stats_of(f.alloc);
     T_CHECK(s.segment_alloc_count == 2 && s.reserved_bytes == 4 * MiB);
     T_CHECK(s.allocated_bytes == 3 * MiB && s.requested_bytes == 2 * MiB + 1);
 
     /* 3 MiB rounds to a 4 MiB segment; a 1 MiB remainder is not split off either. */
-    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 3 * MiB, NULL, &large), out, out);
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 3 * MiB, NULL, &large), out);
     s = stats_of(f.alloc);
     T_CHECK(s.reserved_bytes == 8 * MiB && s.allocated_bytes == 7 * MiB);
 
     /* A small request does not take the free large block. */
-    CHECK_OK_GOTO(hal_allocator_free(f.alloc, large), out, out);
+    CHECK_OK_GOTO(hal_allocator_free(f.alloc, large), out);
     char *freed_large = large;
     large = NULL;
-    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 512, NULL, &tiny), out, out);
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 512, NULL, &tiny), out);
     T_CHECK(!((char *)tiny >= freed_large && (char *)tiny < freed_large + 4 * MiB));
     T_CHECK((char *)tiny == (char *)small + 1 * MiB);
     s = stats_of(f.alloc);
     T_CHECK(s.segment_alloc_count == 3 && s.cache_hits == 1);
 
     /* A large request takes it back. */
-    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 3 * MiB + 512, NULL, &large), out, out);
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 3 * MiB + 512, NULL, &large), out);
     T_CHECK((char *)large == freed_large);
     T_CHECK(stats_of(f.alloc).segment_alloc_count == 3);
     rc = CTEST_PASS;
@@ -192,18 +192,18 @@ CTEST(caching_allocator, splits_and_coalesces)
     fixture_t f;
     void *a = NULL, *b = NULL, *c = NULL, *whole = NULL, *base = NULL;
     size_t size = 0;
-    CHECK_OK_GOTO(fixture_open(&f, NULL), out, out);
+    CHECK_OK_GOTO(fixture_open(&f, NULL), out);
 
-    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 256 * KiB, NULL, &a), out, out);
-    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 256 * KiB, NULL, &b), out, out);
-    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 256 * KiB, NULL, &c), out, out);
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 256 * KiB, NULL, &a), out);
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 256 * KiB, NULL, &b), out);
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 256 * KiB, NULL, &c), out);
     T_CHECK((char *)b == (char *)a + 256 * KiB && (char *)c == (char *)b + 256 * KiB);
     hal_allocator_stats_t s = stats_of(f.alloc);
     T_CHECK(s.segment_alloc_count == 1 && s.cached_blocks == 1);
     T_CHECK(s.largest_cached_block == 2 * MiB - 768 * KiB && s.fragmentation == 0.0);
 
     /* b alone is a hole: two free blocks, fragmentation 1 - largest / cached. */
-    CHECK_OK_GOTO(hal_allocator_free(f.alloc, b), out, out);
+    CHECK_OK_GOTO(hal_allocator_free(f.alloc, b), out);
     b = NULL;
     s = stats_of(f.alloc);
     T_CHECK(s.cached_blocks == 2 && s.cached_bytes == 2 * MiB - 512 * KiB);
@@ -212,21 +212,21 @@ CTEST(caching_allocator, splits_and_coalesces)
     T_CHECK(s.fragmentation > expected - 1e-9 && s.fragmentation < expected + 1e-9);
 
     /* a merges with b; c then merges everything back into one 2 MiB block. */
-    CHECK_OK_GOTO(hal_allocator_free(f.alloc, a), out, out);
+    CHECK_OK_GOTO(hal_allocator_free(f.alloc, a), out);
     a = NULL;
     s = stats_of(f.alloc);
     T_CHECK(s.cached_blocks == 2 && s.largest_cached_block == 2 * MiB - 768 * KiB);
     char *seg = NULL;
-    CHECK_OK_GOTO(hal_allocator_free(f.alloc, c), out, out);
+    CHECK_OK_GOTO(hal_allocator_free(f.alloc, c), out);
     c = NULL;
     s = stats_of(f.alloc);
     T_CHECK(s.cached_blocks == 1 && s.cached_bytes == 2 * MiB);
     T_CHECK(s.largest_cached_block == 2 * MiB && s.fragmentation == 0.0);
 
     /* The merged block serves 1 MiB from the segment start without a new segment. */
-    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 1 * MiB, NULL, &whole), out, out);
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 1 * MiB, NULL, &whole), out);
     seg = whole;
-    CHECK_OK_GOTO(hal_allocator_get_block(f.alloc, seg + 4096, &base, &size), out, out);
+    CHECK_OK_GOTO(hal_allocator_get_block(f.alloc, seg + 4096, &base, &size), out);
     T_CHECK(base == whole && size == 1 * MiB);
     s = stats_of(f.alloc);
     T_CHECK(s.segment_alloc_count == 1 && s.cache_hits == 3);
@@ -247,55 +247,55 @@ CTEST(caching_allocator, max_split_size)
     void *big = NULL, *p = NULL, *q = NULL;
     hal_allocator_config_t cfg = HAL_ALLOCATOR_CONFIG_INIT;
     cfg.max_split_size = 4 * MiB;
-    CHECK_OK_GOTO(fixture_open(&f, &cfg), out, out);
+    CHECK_OK_GOTO(fixture_open(&f, &cfg), out);
 
-    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 8 * MiB, NULL, &big), out, out);
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 8 * MiB, NULL, &big), out);
     char *freed = big;
-    CHECK_OK_GOTO(hal_allocator_free(f.alloc, big), out, out);
+    CHECK_OK_GOTO(hal_allocator_free(f.alloc, big), out);
     big = NULL;
     /* Below max_split_size: the 8 MiB block is not split, a new segment is made. */
-    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 2 * MiB, NULL, &p), out, out);
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 2 * MiB, NULL, &p), out);
     T_CHECK((char *)p != freed);
     T_CHECK(stats_of(f.alloc).segment_alloc_count == 2);
     /* Above it: the whole block is handed out unsplit. */
-    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 5 * MiB, NULL, &q), out, out);
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 5 * MiB, NULL, &q), out);
     T_CHECK((char *)q == freed);
     hal_allocator_stats_t s = stats_of(f.alloc);
     T_CHECK(s.allocated_bytes == 10 * MiB && s.requested_bytes == 7 * MiB);
-    CHECK_OK_GOTO(hal_allocator_free(f.alloc, q), out, out);
+    CHECK_OK_GOTO(hal_allocator_free(f.alloc, q), out);
     q = NULL;
-    CHECK_OK_GOTO(hal_allocator_free(f.alloc, p), out, out);
+    CHECK_OK_GOTO(hal_allocator_free(f.alloc, p), out);
     p = NULL;
-    CHECK_OK_GOTO(hal_allocator_destroy(f.alloc), out, out);
+    CHECK_OK_GOTO(hal_allocator_destroy(f.alloc), out);
     f.alloc = NULL;
 
     /* Without the limit the large block is split. */
-    CHECK_OK_GOTO(hal_allocator_create(f.dev, NULL, &f.alloc), out, out);
-    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 8 * MiB, NULL, &big), out, out);
+    CHECK_OK_GOTO(hal_allocator_create(f.dev, NULL, &f.alloc), out);
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 8 * MiB, NULL, &big), out);
     freed = big;
-    CHECK_OK_GOTO(hal_allocator_free(f.alloc, big), out, out);
+    CHECK_OK_GOTO(hal_allocator_free(f.alloc, big), out);
     big = NULL;
-    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 3 * MiB, NULL, &q), out, out);
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 3 * MiB, NULL, &q), out);
     T_CHECK((char *)q == freed);
     s = stats_of(f.alloc);
     T_CHECK(s.allocated_bytes == 3 * MiB && s.cached_bytes == 5 * MiB);
-    CHECK_OK_GOTO(hal_allocator_free(f.alloc, q), out, out);
+    CHECK_OK_GOTO(hal_allocator_free(f.alloc, q), out);
     q = NULL;
-    CHECK_OK_GOTO(hal_allocator_destroy(f.alloc), out, out);
+    CHECK_OK_GOTO(hal_allocator_destroy(f.alloc), out);
     f.alloc = NULL;
 
     /* A fresh segment above the limit serving a smaller request is handed out whole, and
      * serves the same request again (it wastes no more than a new segment would). */
     cfg.max_split_size = 3 * MiB;
-    CHECK_OK_GOTO(hal_allocator_create(f.dev, &cfg, &f.alloc), out, out);
-    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 2 * MiB + 512 * KiB, NULL, &p), out, out);
+    CHECK_OK_GOTO(hal_allocator_create(f.dev, &cfg, &f.alloc), out);
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 2 * MiB + 512 * KiB, NULL, &p), out);
     freed = p;
     T_CHECK(stats_of(f.alloc).allocated_bytes == 4 * MiB);
-    CHECK_OK_GOTO(hal_allocator_free(f.alloc, p), out, out);
+    CHECK_OK_GOTO(hal_allocator_free(f.alloc, p), out);
     p = NULL;
-    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 2 * MiB + 512 * KiB, NULL, &p), out, out);
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 2 * MiB + 512 * KiB, NULL, &p), out);
     T_CHECK((char *)p == freed);
-    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 2 * MiB + 512 * KiB, NULL, &q), out, out);
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 2 * MiB + 512 * KiB, NULL, &q), out);
     T_CHECK(stats_of(f.alloc).segment_alloc_count == 2);
     rc = CTEST_PASS;
 out:
@@ -314,27 +314,27 @@ CTEST(caching_allocator, reuses_on_the_same_stream_without_hal_calls)
     void *p = NULL, *q = NULL;
     gate_t gate;
     gate_init(&gate);
-    CHECK_OK_GOTO(fixture_open(&f, NULL), out, out);
-    CHECK_OK_GOTO(hal_stream_create(f.dev, 0, &s1), out, out);
+    CHECK_OK_GOTO(fixture_open(&f, NULL), out);
+    CHECK_OK_GOTO(hal_stream_create(f.dev, 0, &s1), out);
 
-    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 4096, s1, &p), out, out);
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 4096, s1, &p), out);
     char *first = p;
     /* Pending work on the stream does not matter: stream order protects the reuse. */
-    CHECK_OK_GOTO(hal_stream_add_callback(s1, gate_wait, &gate), out, out);
-    CHECK_OK_GOTO(hal_allocator_free(f.alloc, p), out, out);
+    CHECK_OK_GOTO(hal_stream_add_callback(s1, gate_wait, &gate), out);
+    CHECK_OK_GOTO(hal_allocator_free(f.alloc, p), out);
     p = NULL;
     hal_allocator_stats_t before = stats_of(f.alloc);
     hal_mem_stats_t dev_before = HAL_MEM_STATS_INIT;
-    CHECK_OK_GOTO(hal_device_get_mem_stats(f.dev, &dev_before), out, out);
+    CHECK_OK_GOTO(hal_device_get_mem_stats(f.dev, &dev_before), out);
     for (int i = 0; i < 100; i++) {
-        CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 4096, s1, &q), out, out);
+        CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 4096, s1, &q), out);
         T_CHECK((char *)q == first);
-        CHECK_OK_GOTO(hal_allocator_free(f.alloc, q), out, out);
+        CHECK_OK_GOTO(hal_allocator_free(f.alloc, q), out);
         q = NULL;
     }
     hal_allocator_stats_t after = stats_of(f.alloc);
     hal_mem_stats_t dev_after = HAL_MEM_STATS_INIT;
-    CHECK_OK_GOTO(hal_device_get_mem_stats(f.dev, &dev_after), out, out);
+    CHECK_OK_GOTO(hal_device_get_mem_stats(f.dev, &dev_after), out);
     T_CHECK(after.segment_alloc_count == before.segment_alloc_count);
     T_CHECK(after.cache_hits == before.cache_hits + 100);
     T_CHECK(dev_after.total_alloc_calls == dev_before.total_alloc_calls);
@@ -359,20 +359,20 @@ CTEST(caching_allocator, reuses_across_streams_only_after_the_fence)
     gate_t gate;
     gate_init(&gate);
     int gated = 0;
-    CHECK_OK_GOTO(fixture_open(&f, NULL), out, out);
-    CHECK_OK_GOTO(hal_stream_create(f.dev, 0, &sa), out, out);
-    CHECK_OK_GOTO(hal_stream_create(f.dev, 0, &sb), out, out);
+    CHECK_OK_GOTO(fixture_open(&f, NULL), out);
+    CHECK_OK_GOTO(hal_stream_create(f.dev, 0, &sa), out);
+    CHECK_OK_GOTO(hal_stream_create(f.dev, 0, &sb), out);
 
     /* 2 MiB blocks fill their segments exactly, so no remainder can serve the requests. */
-    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 2 * MiB, sa, &x), out, out);
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 2 * MiB, sa, &x), out);
     char *freed = x;
-    CHECK_OK_GOTO(hal_stream_add_callback(sa, gate_wait, &gate), out, out);
+    CHECK_OK_GOTO(hal_stream_add_callback(sa, gate_wait, &gate), out);
     gated = 1;
-    CHECK_OK_GOTO(hal_allocator_free(f.alloc, x), out, out);
+    CHECK_OK_GOTO(hal_allocator_free(f.alloc, x), out);
     x = NULL;
 
     /* Stream A's work is stuck behind the gate: B must not get the block. */
-    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 2 * MiB, sb, &y), out, out);
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 2 * MiB, sb, &y), out);
     T_CHECK((char *)y != freed);
     hal_allocator_stats_t s = stats_of(f.alloc);
     T_CHECK(s.segment_alloc_count == 2 && s.cached_blocks == 1);
@@ -380,8 +380,8 @@ CTEST(caching_allocator, reuses_across_streams_only_after_the_fence)
     /* Once A's work is done, B reuses it without a new segment. */
     gate_open(&gate);
     gated = 0;
-    CHECK_OK_GOTO(hal_stream_synchronize(sa), out, out);
-    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 2 * MiB, sb, &z), out, out);
+    CHECK_OK_GOTO(hal_stream_synchronize(sa), out);
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 2 * MiB, sb, &z), out);
     T_CHECK((char *)z == freed);
     hal_allocator_stats_t s2 = stats_of(f.alloc);
     T_CHECK(s2.segment_alloc_count == 2 && s2.cache_hits == s.cache_hits + 1);
@@ -407,24 +407,24 @@ CTEST(caching_allocator, reuses_blocks_of_destroyed_streams)
     fixture_t f;
     hal_stream_t s1 = NULL;
     void *x = NULL, *y = NULL;
-    CHECK_OK_GOTO(fixture_open(&f, NULL), out, out);
-    CHECK_OK_GOTO(hal_stream_create(f.dev, 0, &s1), out, out);
+    CHECK_OK_GOTO(fixture_open(&f, NULL), out);
+    CHECK_OK_GOTO(hal_stream_create(f.dev, 0, &s1), out);
 
-    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 2 * MiB, s1, &x), out, out);
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 2 * MiB, s1, &x), out);
     char *freed = x;
-    CHECK_OK_GOTO(hal_allocator_free(f.alloc, x), out, out);
+    CHECK_OK_GOTO(hal_allocator_free(f.alloc, x), out);
     x = NULL;
     /* Destroying the stream drained its work: its cached block serves another stream. */
-    CHECK_OK_GOTO(hal_stream_destroy(s1), out, out);
+    CHECK_OK_GOTO(hal_stream_destroy(s1), out);
     s1 = NULL;
-    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 2 * MiB, NULL, &y), out, out);
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 2 * MiB, NULL, &y), out);
     T_CHECK((char *)y == freed);
     T_CHECK(stats_of(f.alloc).segment_alloc_count == 1);
-    CHECK_OK_GOTO(hal_allocator_free(f.alloc, y), out, out);
+    CHECK_OK_GOTO(hal_allocator_free(f.alloc, y), out);
     y = NULL;
-    CHECK_OK_GOTO(hal_allocator_empty_cache(f.alloc), out, out);
+    CHECK_OK_GOTO(hal_allocator_empty_cache(f.alloc), out);
     T_CHECK(stats_of(f.alloc).reserved_bytes == 0);
-    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 2 * MiB, NULL, &y), out, out);
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 2 * MiB, NULL, &y), out);
     rc = CTEST_PASS;
 out:
     hal_allocator_free(f.alloc, x);
@@ -444,44 +444,44 @@ CTEST(caching_allocator, record_stream_holds_the_block_back)
     gate_t gate;
     gate_init(&gate);
     int gated = 0;
-    CHECK_OK_GOTO(fixture_open(&f, NULL), out, out);
-    CHECK_OK_GOTO(hal_stream_create(f.dev, 0, &sa), out, out);
-    CHECK_OK_GOTO(hal_stream_create(f.dev, 0, &sb), out, out);
-    CHECK_OK_GOTO(hal_stream_create(f.dev1, 0, &other), out, out);
+    CHECK_OK_GOTO(fixture_open(&f, NULL), out);
+    CHECK_OK_GOTO(hal_stream_create(f.dev, 0, &sa), out);
+    CHECK_OK_GOTO(hal_stream_create(f.dev, 0, &sb), out);
+    CHECK_OK_GOTO(hal_stream_create(f.dev1, 0, &other), out);
 
-    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 2 * MiB, sa, &x), out, out);
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 2 * MiB, sa, &x), out);
     char *freed = x;
     /* Argument checks first: none of them changes anything. */
     CHECK_STATUS_GOTO(hal_allocator_record_stream(f.alloc, freed + 512, sb),
-                      HAL_ERROR_INVALID_ARGUMENT, out, out);
-    CHECK_MESSAGE_GOTO("interior", out, out);
+                      HAL_ERROR_INVALID_ARGUMENT, out);
+    CHECK_MESSAGE_GOTO("interior", out);
     CHECK_STATUS_GOTO(hal_allocator_record_stream(f.alloc, &rc, sb), HAL_ERROR_INVALID_ARGUMENT,
-                      out, out);
+                      out);
     CHECK_STATUS_GOTO(hal_allocator_record_stream(f.alloc, x, other), HAL_ERROR_INVALID_ARGUMENT,
-                      out, out);
-    CHECK_MESSAGE_GOTO("another device", out, out);
-    CHECK_STATUS_GOTO(hal_allocator_record_stream(NULL, x, sb), HAL_ERROR_INVALID_HANDLE, out, out);
+                      out);
+    CHECK_MESSAGE_GOTO("another device", out);
+    CHECK_STATUS_GOTO(hal_allocator_record_stream(NULL, x, sb), HAL_ERROR_INVALID_HANDLE, out);
     /* Recording the allocation stream is a no-op; recording B twice counts once. */
-    CHECK_OK_GOTO(hal_allocator_record_stream(f.alloc, x, sa), out, out);
-    CHECK_OK_GOTO(hal_allocator_record_stream(f.alloc, x, sb), out, out);
-    CHECK_OK_GOTO(hal_allocator_record_stream(f.alloc, x, sb), out, out);
+    CHECK_OK_GOTO(hal_allocator_record_stream(f.alloc, x, sa), out);
+    CHECK_OK_GOTO(hal_allocator_record_stream(f.alloc, x, sb), out);
+    CHECK_OK_GOTO(hal_allocator_record_stream(f.alloc, x, sb), out);
 
-    CHECK_OK_GOTO(hal_stream_add_callback(sb, gate_wait, &gate), out, out);
+    CHECK_OK_GOTO(hal_stream_add_callback(sb, gate_wait, &gate), out);
     gated = 1;
-    CHECK_OK_GOTO(hal_allocator_free(f.alloc, x), out, out);
+    CHECK_OK_GOTO(hal_allocator_free(f.alloc, x), out);
     x = NULL;
     hal_allocator_stats_t s = stats_of(f.alloc);
     T_CHECK(s.cached_blocks == 1 && s.cached_bytes == 2 * MiB && s.allocated_bytes == 0);
 
     /* Held back even on its own stream while B's work is pending. */
-    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 2 * MiB, sa, &y), out, out);
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 2 * MiB, sa, &y), out);
     T_CHECK((char *)y != freed);
     T_CHECK(stats_of(f.alloc).segment_alloc_count == 2);
 
     gate_open(&gate);
     gated = 0;
-    CHECK_OK_GOTO(hal_stream_synchronize(sb), out, out);
-    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 2 * MiB, sa, &z), out, out);
+    CHECK_OK_GOTO(hal_stream_synchronize(sb), out);
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 2 * MiB, sa, &z), out);
     T_CHECK((char *)z == freed);
     T_CHECK(stats_of(f.alloc).segment_alloc_count == 2);
     rc = CTEST_PASS;
@@ -508,38 +508,38 @@ CTEST(caching_allocator, empty_cache_returns_free_segments)
     fixture_t f;
     hal_stream_t s1 = NULL;
     void *p[6] = { NULL };
-    CHECK_OK_GOTO(fixture_open(&f, NULL), out, out);
-    CHECK_OK_GOTO(hal_stream_create(f.dev, 0, &s1), out, out);
+    CHECK_OK_GOTO(fixture_open(&f, NULL), out);
+    CHECK_OK_GOTO(hal_stream_create(f.dev, 0, &s1), out);
 
     for (int i = 0; i < 6; i++)
         CHECK_OK_GOTO(
             hal_allocator_alloc(f.alloc, (i % 2) ? 3 * MiB : 100 * KiB, (i % 3) ? s1 : NULL, &p[i]),
-            out, out);
+            out);
     /* record_stream on one block, so that empty_cache also waits for a held block. */
-    CHECK_OK_GOTO(hal_allocator_record_stream(f.alloc, p[0], s1), out, out);
+    CHECK_OK_GOTO(hal_allocator_record_stream(f.alloc, p[0], s1), out);
     hal_allocator_stats_t s = stats_of(f.alloc);
     T_CHECK(s.reserved_bytes > 0);
     uint64_t peak = s.peak_reserved_bytes;
 
     /* With a live block, that block's segment stays. */
     for (int i = 1; i < 6; i++) {
-        CHECK_OK_GOTO(hal_allocator_free(f.alloc, p[i]), out, out);
+        CHECK_OK_GOTO(hal_allocator_free(f.alloc, p[i]), out);
         p[i] = NULL;
     }
-    CHECK_OK_GOTO(hal_allocator_empty_cache(f.alloc), out, out);
+    CHECK_OK_GOTO(hal_allocator_empty_cache(f.alloc), out);
     s = stats_of(f.alloc);
     T_CHECK(s.reserved_bytes == 2 * MiB && s.active_blocks == 1);
 
-    CHECK_OK_GOTO(hal_allocator_free(f.alloc, p[0]), out, out);
+    CHECK_OK_GOTO(hal_allocator_free(f.alloc, p[0]), out);
     p[0] = NULL;
-    CHECK_OK_GOTO(hal_allocator_empty_cache(f.alloc), out, out);
+    CHECK_OK_GOTO(hal_allocator_empty_cache(f.alloc), out);
     s = stats_of(f.alloc);
     T_CHECK(s.reserved_bytes == 0 && s.cached_blocks == 0 && s.cached_bytes == 0);
     T_CHECK(s.segment_free_count == s.segment_alloc_count);
     T_CHECK(s.peak_reserved_bytes == peak && s.largest_cached_block == 0);
     T_CHECK(s.fragmentation == 0.0);
     hal_mem_stats_t ms = HAL_MEM_STATS_INIT;
-    CHECK_OK_GOTO(hal_device_get_mem_stats(f.dev, &ms), out, out);
+    CHECK_OK_GOTO(hal_device_get_mem_stats(f.dev, &ms), out);
     T_CHECK(ms.device_allocations == 0);
     rc = CTEST_PASS;
 out:
@@ -556,17 +556,17 @@ CTEST(caching_allocator, stats_and_peaks)
     int rc = CTEST_FAIL;
     fixture_t f;
     void *p = NULL, *q = NULL;
-    CHECK_OK_GOTO(fixture_open(&f, NULL), out, out);
+    CHECK_OK_GOTO(fixture_open(&f, NULL), out);
 
-    CHECK_STATUS_GOTO(hal_allocator_get_stats(f.alloc, NULL), HAL_ERROR_INVALID_ARGUMENT, out, out);
+    CHECK_STATUS_GOTO(hal_allocator_get_stats(f.alloc, NULL), HAL_ERROR_INVALID_ARGUMENT, out);
     hal_allocator_stats_t small = HAL_ALLOCATOR_STATS_INIT;
     small.struct_size = sizeof(hal_ext_header_t);
-    CHECK_STATUS_GOTO(hal_allocator_get_stats(f.alloc, &small), HAL_ERROR_INVALID_ARGUMENT, out, out);
-    CHECK_STATUS_GOTO(hal_allocator_get_stats(NULL, &small), HAL_ERROR_INVALID_HANDLE, out, out);
-    CHECK_STATUS_GOTO(hal_allocator_reset_peak_stats(NULL), HAL_ERROR_INVALID_HANDLE, out, out);
+    CHECK_STATUS_GOTO(hal_allocator_get_stats(f.alloc, &small), HAL_ERROR_INVALID_ARGUMENT, out);
+    CHECK_STATUS_GOTO(hal_allocator_get_stats(NULL, &small), HAL_ERROR_INVALID_HANDLE, out);
+    CHECK_STATUS_GOTO(hal_allocator_reset_peak_stats(NULL), HAL_ERROR_INVALID_HANDLE, out);
 
-    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 5 * MiB, NULL, &p), out, out);
-    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 1000, NULL, &q), out, out);
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 5 * MiB, NULL, &p), out);
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 1000, NULL, &q), out);
     hal_allocator_stats_t s = stats_of(f.alloc);
     T_CHECK(s.struct_size == sizeof(s));
     T_CHECK(s.allocated_bytes == 6 * MiB + 1024 && s.requested_bytes == 5 * MiB + 1000);
@@ -575,18 +575,18 @@ CTEST(caching_allocator, stats_and_peaks)
     T_CHECK(s.alloc_count == 2 && s.active_blocks == 2 && s.segment_alloc_count == 2);
     T_CHECK(s.cache_hits == 0 && s.oom_count == 0);
 
-    CHECK_OK_GOTO(hal_allocator_free(f.alloc, p), out, out);
+    CHECK_OK_GOTO(hal_allocator_free(f.alloc, p), out);
     p = NULL;
     s = stats_of(f.alloc);
     T_CHECK(s.allocated_bytes == 1024 && s.peak_allocated_bytes == 6 * MiB + 1024);
     T_CHECK(s.free_count == 1 && s.active_blocks == 1);
     T_CHECK(s.cached_bytes == 8 * MiB - 1024 && s.largest_cached_block == 6 * MiB);
 
-    CHECK_OK_GOTO(hal_allocator_reset_peak_stats(f.alloc), out, out);
+    CHECK_OK_GOTO(hal_allocator_reset_peak_stats(f.alloc), out);
     s = stats_of(f.alloc);
     T_CHECK(s.peak_allocated_bytes == 1024 && s.peak_reserved_bytes == 8 * MiB);
-    CHECK_OK_GOTO(hal_allocator_empty_cache(f.alloc), out, out);
-    CHECK_OK_GOTO(hal_allocator_reset_peak_stats(f.alloc), out, out);
+    CHECK_OK_GOTO(hal_allocator_empty_cache(f.alloc), out);
+    CHECK_OK_GOTO(hal_allocator_reset_peak_stats(f.alloc), out);
     s = stats_of(f.alloc);
     T_CHECK(s.peak_reserved_bytes == 2 * MiB && s.reserved_bytes == 2 * MiB);
     rc = CTEST_PASS;
@@ -604,49 +604,49 @@ CTEST(caching_allocator, rejects_bad_pointers_without_side_effects)
     void *p = NULL, *q = NULL, *base = NULL;
     size_t size = 0;
     int on_stack = 0;
-    CHECK_OK_GOTO(fixture_open(&f, NULL), out, out);
+    CHECK_OK_GOTO(fixture_open(&f, NULL), out);
 
-    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 3000, NULL, &p), out, out);
-    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 3000, NULL, &q), out, out);
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 3000, NULL, &p), out);
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 3000, NULL, &q), out);
     char *freed = q;
-    CHECK_OK_GOTO(hal_allocator_free(f.alloc, q), out, out);
+    CHECK_OK_GOTO(hal_allocator_free(f.alloc, q), out);
     q = NULL;
     hal_allocator_stats_t before = stats_of(f.alloc);
 
-    CHECK_STATUS_GOTO(hal_allocator_free(f.alloc, freed), HAL_ERROR_INVALID_ARGUMENT, out, out);
-    CHECK_MESSAGE_GOTO("cpu: hal_allocator_free: ", out, out);
+    CHECK_STATUS_GOTO(hal_allocator_free(f.alloc, freed), HAL_ERROR_INVALID_ARGUMENT, out);
+    CHECK_MESSAGE_GOTO("cpu: hal_allocator_free: ", out);
     CHECK_MESSAGE_GOTO("is not a live block of this allocator (double free or foreign pointer)",
-                       out, out);
+                       out);
     CHECK_STATUS_GOTO(hal_allocator_free(f.alloc, (char *)p + 1024), HAL_ERROR_INVALID_ARGUMENT,
-                      out, out);
-    CHECK_MESSAGE_GOTO("interior pointer", out, out);
-    CHECK_STATUS_GOTO(hal_allocator_free(f.alloc, &on_stack), HAL_ERROR_INVALID_ARGUMENT, out, out);
-    CHECK_STATUS_GOTO(hal_allocator_free(NULL, p), HAL_ERROR_INVALID_HANDLE, out, out);
+                      out);
+    CHECK_MESSAGE_GOTO("interior pointer", out);
+    CHECK_STATUS_GOTO(hal_allocator_free(f.alloc, &on_stack), HAL_ERROR_INVALID_ARGUMENT, out);
+    CHECK_STATUS_GOTO(hal_allocator_free(NULL, p), HAL_ERROR_INVALID_HANDLE, out);
     hal_allocator_stats_t after = stats_of(f.alloc);
     T_CHECK(memcmp(&before, &after, sizeof(before)) == 0);
 
     /* get_block: base, interior, past the requested bytes, freed, foreign. */
-    CHECK_OK_GOTO(hal_allocator_get_block(f.alloc, p, &base, &size), out, out);
+    CHECK_OK_GOTO(hal_allocator_get_block(f.alloc, p, &base, &size), out);
     T_CHECK(base == p && size == 3000);
     base = NULL;
-    CHECK_OK_GOTO(hal_allocator_get_block(f.alloc, (char *)p + 2999, &base, NULL), out, out);
+    CHECK_OK_GOTO(hal_allocator_get_block(f.alloc, (char *)p + 2999, &base, NULL), out);
     T_CHECK(base == p);
-    CHECK_OK_GOTO(hal_allocator_get_block(f.alloc, (char *)p + 1, NULL, NULL), out, out);
+    CHECK_OK_GOTO(hal_allocator_get_block(f.alloc, (char *)p + 1, NULL, NULL), out);
     CHECK_STATUS_GOTO(hal_allocator_get_block(f.alloc, (char *)p + 3000, &base, &size),
-                      HAL_ERROR_NOT_FOUND, out, out);
+                      HAL_ERROR_NOT_FOUND, out);
     CHECK_STATUS_GOTO(hal_allocator_get_block(f.alloc, freed, &base, &size), HAL_ERROR_NOT_FOUND,
-                      out, out);
+                      out);
     CHECK_STATUS_GOTO(hal_allocator_get_block(f.alloc, &on_stack, &base, &size),
-                      HAL_ERROR_NOT_FOUND, out, out);
+                      HAL_ERROR_NOT_FOUND, out);
     CHECK_STATUS_GOTO(hal_allocator_get_block(f.alloc, NULL, &base, &size), HAL_ERROR_NOT_FOUND,
-                      out, out);
+                      out);
     CHECK_STATUS_GOTO(hal_allocator_get_block(NULL, p, &base, &size), HAL_ERROR_INVALID_HANDLE,
-                      out, out);
+                      out);
     after = stats_of(f.alloc);
     T_CHECK(memcmp(&before, &after, sizeof(before)) == 0);
 
     /* The live block is intact and still frees once. */
-    CHECK_OK_GOTO(hal_allocator_free(f.alloc, p), out, out);
+    CHECK_OK_GOTO(hal_allocator_free(f.alloc, p), out);
     p = NULL;
     rc = CTEST_PASS;
 out:
@@ -661,38 +661,38 @@ CTEST(caching_allocator, checks_handles_and_streams)
     fixture_t f;
     hal_stream_t other = NULL, dead = NULL;
     void *p = (void *)1;
-    CHECK_OK_GOTO(fixture_open(&f, NULL), out, out);
-    CHECK_OK_GOTO(hal_stream_create(f.dev1, 0, &other), out, out);
-    CHECK_OK_GOTO(hal_stream_create(f.dev, 0, &dead), out, out);
-    CHECK_OK_GOTO(hal_stream_destroy(dead), out, out);
+    CHECK_OK_GOTO(fixture_open(&f, NULL), out);
+    CHECK_OK_GOTO(hal_stream_create(f.dev1, 0, &other), out);
+    CHECK_OK_GOTO(hal_stream_create(f.dev, 0, &dead), out);
+    CHECK_OK_GOTO(hal_stream_destroy(dead), out);
 
-    CHECK_STATUS_GOTO(hal_allocator_alloc(NULL, 16, NULL, &p), HAL_ERROR_INVALID_HANDLE, out, out);
+    CHECK_STATUS_GOTO(hal_allocator_alloc(NULL, 16, NULL, &p), HAL_ERROR_INVALID_HANDLE, out);
     CHECK_STATUS_GOTO(hal_allocator_alloc(f.alloc, 16, NULL, NULL), HAL_ERROR_INVALID_ARGUMENT,
-                      out, out);
-    CHECK_MESSAGE_GOTO("cpu: hal_allocator_alloc:", out, out);
-    CHECK_STATUS_GOTO(hal_allocator_alloc(f.alloc, 16, other, &p), HAL_ERROR_INVALID_ARGUMENT, out, out);
-    CHECK_MESSAGE_GOTO("another device", out, out);
-    CHECK_STATUS_GOTO(hal_allocator_alloc(f.alloc, 16, dead, &p), HAL_ERROR_INVALID_HANDLE, out, out);
+                      out);
+    CHECK_MESSAGE_GOTO("cpu: hal_allocator_alloc:", out);
+    CHECK_STATUS_GOTO(hal_allocator_alloc(f.alloc, 16, other, &p), HAL_ERROR_INVALID_ARGUMENT, out);
+    CHECK_MESSAGE_GOTO("another device", out);
+    CHECK_STATUS_GOTO(hal_allocator_alloc(f.alloc, 16, dead, &p), HAL_ERROR_INVALID_HANDLE, out);
     CHECK_STATUS_GOTO(hal_allocator_alloc(f.alloc, 16, (hal_stream_t)(void *)f.dev, &p),
-                      HAL_ERROR_INVALID_HANDLE, out, out);
+                      HAL_ERROR_INVALID_HANDLE, out);
     T_CHECK(p == (void *)1);
-    CHECK_STATUS_GOTO(hal_allocator_empty_cache(NULL), HAL_ERROR_INVALID_HANDLE, out, out);
+    CHECK_STATUS_GOTO(hal_allocator_empty_cache(NULL), HAL_ERROR_INVALID_HANDLE, out);
     CHECK_STATUS_GOTO(hal_allocator_record_stream(f.alloc, NULL, NULL), HAL_ERROR_INVALID_HANDLE,
-                      out, out);
+                      out);
     hal_stream_t default_stream;
-    CHECK_OK_GOTO(hal_device_get_default_stream(f.dev, &default_stream), out, out);
+    CHECK_OK_GOTO(hal_device_get_default_stream(f.dev, &default_stream), out);
     CHECK_STATUS_GOTO(hal_allocator_record_stream(f.alloc, NULL, default_stream),
-                      HAL_ERROR_INVALID_ARGUMENT, out, out);
+                      HAL_ERROR_INVALID_ARGUMENT, out);
     hal_allocator_stats_t s = stats_of(f.alloc);
     T_CHECK(s.alloc_count == 0 && s.reserved_bytes == 0 && s.oom_count == 0);
 
     /* An allocator on device 1 with its own stream. */
     hal_allocator_t a1 = NULL;
-    CHECK_OK_GOTO(hal_allocator_create(f.dev1, NULL, &a1), out, out);
-    CHECK_OK_GOTO(hal_allocator_alloc(a1, 16, other, &p), out, out);
-    CHECK_STATUS_GOTO(hal_allocator_free(f.alloc, p), HAL_ERROR_INVALID_ARGUMENT, out, out);
-    CHECK_OK_GOTO(hal_allocator_free(a1, p), out, out);
-    CHECK_OK_GOTO(hal_allocator_destroy(a1), out, out);
+    CHECK_OK_GOTO(hal_allocator_create(f.dev1, NULL, &a1), out);
+    CHECK_OK_GOTO(hal_allocator_alloc(a1, 16, other, &p), out);
+    CHECK_STATUS_GOTO(hal_allocator_free(f.alloc, p), HAL_ERROR_INVALID_ARGUMENT, out);
+    CHECK_OK_GOTO(hal_allocator_free(a1, p), out);
+    CHECK_OK_GOTO(hal_allocator_destroy(a1), out);
     rc = CTEST_PASS;
 out:
     if (other != NULL)
@@ -706,25 +706,25 @@ CTEST(caching_allocator, destroy_with_live_blocks_is_busy)
     int rc = CTEST_FAIL;
     fixture_t f;
     void *p = NULL, *q = NULL;
-    CHECK_OK_GOTO(fixture_open(&f, NULL), out, out);
+    CHECK_OK_GOTO(fixture_open(&f, NULL), out);
 
-    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 64 * KiB, NULL, &p), out, out);
-    CHECK_STATUS_GOTO(hal_allocator_destroy(f.alloc), HAL_ERROR_BUSY, out, out);
-    CHECK_MESSAGE_GOTO("cpu: hal_allocator_destroy: 1 blocks", out, out);
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 64 * KiB, NULL, &p), out);
+    CHECK_STATUS_GOTO(hal_allocator_destroy(f.alloc), HAL_ERROR_BUSY, out);
+    CHECK_MESSAGE_GOTO("cpu: hal_allocator_destroy: 1 blocks", out);
     /* Nothing was destroyed. */
-    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 64 * KiB, NULL, &q), out, out);
-    CHECK_OK_GOTO(hal_allocator_free(f.alloc, q), out, out);
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 64 * KiB, NULL, &q), out);
+    CHECK_OK_GOTO(hal_allocator_free(f.alloc, q), out);
     q = NULL;
-    CHECK_OK_GOTO(hal_allocator_free(f.alloc, p), out, out);
+    CHECK_OK_GOTO(hal_allocator_free(f.alloc, p), out);
     p = NULL;
-    CHECK_OK_GOTO(hal_allocator_destroy(f.alloc), out, out);
+    CHECK_OK_GOTO(hal_allocator_destroy(f.alloc), out);
     hal_allocator_t dead = f.alloc;
     f.alloc = NULL;
     CHECK_STATUS_GOTO(
         hal_allocator_get_stats(dead, &(hal_allocator_stats_t)HAL_ALLOCATOR_STATS_INIT),
-        HAL_ERROR_INVALID_HANDLE, out, out);
+        HAL_ERROR_INVALID_HANDLE, out);
     hal_mem_stats_t ms = HAL_MEM_STATS_INIT;
-    CHECK_OK_GOTO(hal_device_get_mem_stats(f.dev, &ms), out, out);
+    CHECK_OK_GOTO(hal_device_get_mem_stats(f.dev, &ms), out);
     T_CHECK(ms.device_allocations == 0 && ms.device_bytes_in_use == 0);
     rc = CTEST_PASS;
 out:
@@ -739,18 +739,18 @@ CTEST(caching_allocator, device_closed_invalidates_the_allocator)
     int rc = CTEST_FAIL;
     fixture_t f;
     void *p = NULL;
-    CHECK_OK_GOTO(fixture_open(&f, NULL), out, out);
-    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 4096, NULL, &p), out, out);
-    CHECK_OK_GOTO(hal_backend_close(f.backend), out, out);
+    CHECK_OK_GOTO(fixture_open(&f, NULL), out);
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 4096, NULL, &p), out);
+    CHECK_OK_GOTO(hal_backend_close(f.backend), out);
     f.backend = NULL;
 
     void *q = NULL;
-    CHECK_STATUS_GOTO(hal_allocator_alloc(f.alloc, 4096, NULL, &q), HAL_ERROR_INVALID_HANDLE, out, out);
-    CHECK_MESSAGE_GOTO("closed", out, out);
-    CHECK_STATUS_GOTO(hal_allocator_free(f.alloc, p), HAL_ERROR_INVALID_HANDLE, out, out);
-    CHECK_STATUS_GOTO(hal_allocator_empty_cache(f.alloc), HAL_ERROR_INVALID_HANDLE, out, out);
+    CHECK_STATUS_GOTO(hal_allocator_alloc(f.alloc, 4096, NULL, &q), HAL_ERROR_INVALID_HANDLE, out);
+    CHECK_MESSAGE_GOTO("closed", out);
+    CHECK_STATUS_GOTO(hal_allocator_free(f.alloc, p), HAL_ERROR_INVALID_HANDLE, out);
+    CHECK_STATUS_GOTO(hal_allocator_empty_cache(f.alloc), HAL_ERROR_INVALID_HANDLE, out);
     /* destroy still releases the allocator's own memory. */
-    CHECK_OK_GOTO(hal_allocator_destroy(f.alloc), out, out);
+    CHECK_OK_GOTO(hal_allocator_destroy(f.alloc), out);
     f.alloc = NULL;
     rc = CTEST_PASS;
 out:
@@ -765,31 +765,31 @@ CTEST(caching_allocator, pinned_host_memory)
     hal_allocator_t pinned = NULL;
     hal_stream_t s1 = NULL;
     void *p = NULL, *d = NULL;
-    CHECK_OK_GOTO(fixture_open(&f, NULL), out, out);
-    CHECK_OK_GOTO(hal_stream_create(f.dev, 0, &s1), out, out);
+    CHECK_OK_GOTO(fixture_open(&f, NULL), out);
+    CHECK_OK_GOTO(hal_stream_create(f.dev, 0, &s1), out);
     hal_allocator_config_t cfg = HAL_ALLOCATOR_CONFIG_INIT;
     cfg.kind = HAL_MEM_KIND_HOST_PINNED;
-    CHECK_OK_GOTO(hal_allocator_create(f.dev, &cfg, &pinned), out, out);
+    CHECK_OK_GOTO(hal_allocator_create(f.dev, &cfg, &pinned), out);
 
-    CHECK_OK_GOTO(hal_allocator_alloc(pinned, 10000, s1, &p), out, out);
+    CHECK_OK_GOTO(hal_allocator_alloc(pinned, 10000, s1, &p), out);
     hal_mem_info_t info = HAL_MEM_INFO_INIT;
-    CHECK_OK_GOTO(hal_mem_get_info(p, &info), out, out);
+    CHECK_OK_GOTO(hal_mem_get_info(p, &info), out);
     T_CHECK(info.kind == HAL_MEM_KIND_HOST_PINNED && info.device == f.dev);
     T_CHECK(info.size == 2 * MiB);
     memset(p, 0x5a, 10000);
     /* A stream-ordered copy from the pinned block into a device block. */
-    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 10000, s1, &d), out, out);
-    CHECK_OK_GOTO(hal_memcpy_async(d, p, 10000, s1), out, out);
-    CHECK_OK_GOTO(hal_stream_synchronize(s1), out, out);
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 10000, s1, &d), out);
+    CHECK_OK_GOTO(hal_memcpy_async(d, p, 10000, s1), out);
+    CHECK_OK_GOTO(hal_stream_synchronize(s1), out);
     T_CHECK(((unsigned char *)d)[9999] == 0x5a);
     hal_stream_t default_stream;
-    CHECK_OK_GOTO(hal_device_get_default_stream(f.dev, &default_stream), out, out);
-    CHECK_OK_GOTO(hal_allocator_record_stream(pinned, p, default_stream), out, out);
-    CHECK_OK_GOTO(hal_allocator_free(pinned, p), out, out);
+    CHECK_OK_GOTO(hal_device_get_default_stream(f.dev, &default_stream), out);
+    CHECK_OK_GOTO(hal_allocator_record_stream(pinned, p, default_stream), out);
+    CHECK_OK_GOTO(hal_allocator_free(pinned, p), out);
     p = NULL;
     hal_allocator_stats_t s = stats_of(pinned);
     T_CHECK(s.reserved_bytes == 2 * MiB && s.cached_bytes == 2 * MiB);
-    CHECK_OK_GOTO(hal_allocator_empty_cache(pinned), out, out);
+    CHECK_OK_GOTO(hal_allocator_empty_cache(pinned), out);
     T_CHECK(stats_of(pinned).reserved_bytes == 0);
     rc = CTEST_PASS;
 out:
@@ -811,29 +811,29 @@ CTEST(caching_allocator, works_over_another_backend)
     hal_allocator_t a = NULL;
     hal_stream_t s1 = NULL;
     void *p = NULL, *q = NULL;
-    CHECK_OK_GOTO(hal_backend_open("template", &backend), out, out);
-    CHECK_OK_GOTO(hal_device_get(backend, 0, &dev), out, out);
-    CHECK_OK_GOTO(hal_stream_create(dev, 0, &s1), out, out);
+    CHECK_OK_GOTO(hal_backend_open("template", &backend), out);
+    CHECK_OK_GOTO(hal_device_get(backend, 0, &dev), out);
+    CHECK_OK_GOTO(hal_stream_create(dev, 0, &s1), out);
 
     /* No shared memory on this backend. */
     hal_allocator_config_t cfg = HAL_ALLOCATOR_CONFIG_INIT;
     cfg.kind = HAL_MEM_KIND_SHARED;
-    CHECK_STATUS_GOTO(hal_allocator_create(dev, &cfg, &a), HAL_ERROR_UNSUPPORTED, out, out);
-    CHECK_MESSAGE_GOTO("template: hal_allocator_create:", out, out);
+    CHECK_STATUS_GOTO(hal_allocator_create(dev, &cfg, &a), HAL_ERROR_UNSUPPORTED, out);
+    CHECK_MESSAGE_GOTO("template: hal_allocator_create:", out);
     T_CHECK(a == NULL);
 
-    CHECK_OK_GOTO(hal_allocator_create(dev, NULL, &a), out, out);
-    CHECK_OK_GOTO(hal_allocator_alloc(a, 2 * MiB, s1, &p), out, out);
+    CHECK_OK_GOTO(hal_allocator_create(dev, NULL, &a), out);
+    CHECK_OK_GOTO(hal_allocator_alloc(a, 2 * MiB, s1, &p), out);
     char *freed = p;
-    CHECK_OK_GOTO(hal_allocator_free(a, p), out, out);
+    CHECK_OK_GOTO(hal_allocator_free(a, p), out);
     p = NULL;
-    CHECK_OK_GOTO(hal_allocator_alloc(a, 2 * MiB, s1, &q), out, out);
+    CHECK_OK_GOTO(hal_allocator_alloc(a, 2 * MiB, s1, &q), out);
     T_CHECK((char *)q == freed); /* freed on s1: reused on s1 at once, without a fence */
-    CHECK_OK_GOTO(hal_allocator_free(a, q), out, out);
+    CHECK_OK_GOTO(hal_allocator_free(a, q), out);
     q = NULL;
-    CHECK_STATUS_GOTO(hal_allocator_free(a, freed), HAL_ERROR_INVALID_ARGUMENT, out, out);
-    CHECK_MESSAGE_GOTO("template: hal_allocator_free:", out, out);
-    CHECK_OK_GOTO(hal_allocator_empty_cache(a), out, out);
+    CHECK_STATUS_GOTO(hal_allocator_free(a, freed), HAL_ERROR_INVALID_ARGUMENT, out);
+    CHECK_MESSAGE_GOTO("template: hal_allocator_free:", out);
+    CHECK_OK_GOTO(hal_allocator_empty_cache(a), out);
     T_CHECK(stats_of(a).reserved_bytes == 0);
     rc = CTEST_PASS;
 out:
@@ -1000,12 +1000,12 @@ CTEST(caching_allocator, multithreaded_stress)
     int started = 0;
     for (int i = 0; i < STRESS_THREADS; i++)
         atomic_init(&mailbox[i], NULL);
-    CHECK_OK_GOTO(fixture_open(&f, NULL), out, out);
+    CHECK_OK_GOTO(fixture_open(&f, NULL), out);
     hal_device_properties_t props = HAL_DEVICE_PROPERTIES_INIT;
-    CHECK_OK_GOTO(hal_device_get_properties(f.dev, &props), out, out);
+    CHECK_OK_GOTO(hal_device_get_properties(f.dev, &props), out);
     T_CHECK(props.host_addressable);
-    CHECK_OK_GOTO(hal_stream_create(f.dev, 0, &streams[0]), out, out);
-    CHECK_OK_GOTO(hal_stream_create(f.dev, 0, &streams[1]), out, out);
+    CHECK_OK_GOTO(hal_stream_create(f.dev, 0, &streams[0]), out);
+    CHECK_OK_GOTO(hal_stream_create(f.dev, 0, &streams[1]), out);
 
     for (int i = 0; i < STRESS_THREADS; i++) {
         ctx[i] = (stress_ctx_t){ .alloc = f.alloc,
@@ -1028,7 +1028,7 @@ CTEST(caching_allocator, multithreaded_stress)
     hal_allocator_stats_t s = stats_of(f.alloc);
     T_CHECK(s.active_blocks == 0 && s.allocated_bytes == 0 && s.requested_bytes == 0);
     T_CHECK(s.alloc_count == s.free_count && s.alloc_count > 0);
-    CHECK_OK_GOTO(hal_allocator_empty_cache(f.alloc), out, out);
+    CHECK_OK_GOTO(hal_allocator_empty_cache(f.alloc), out);
     s = stats_of(f.alloc);
     T_CHECK(s.reserved_bytes == 0 && s.cached_blocks == 0);
     rc = CTEST_PASS;
@@ -1138,9 +1138,9 @@ CTEST(caching_allocator, stream_ordered_stress)
     /* Small segments, so that blocks change hands between streams often. */
     hal_allocator_config_t cfg = HAL_ALLOCATOR_CONFIG_INIT;
     cfg.small_segment = 1 * MiB;
-    CHECK_OK_GOTO(fixture_open(&f, &cfg), out, out);
+    CHECK_OK_GOTO(fixture_open(&f, &cfg), out);
     for (int i = 0; i < N; i++)
-        CHECK_OK_GOTO(hal_stream_create(f.dev, 0, &streams[i]), out, out);
+        CHECK_OK_GOTO(hal_stream_create(f.dev, 0, &streams[i]), out);
     for (int i = 0; i < N; i++) {
         ctx[i] = (ordered_ctx_t){ f.alloc, streams[i], (unsigned)i, &failed };
         T_CHECK(pthread_create(&threads[i], NULL, ordered_thread, &ctx[i]) == 0);
