@@ -73,6 +73,10 @@ void cts_failf(const char *file, int line, const char *fmt, ...)
 #endif
     ;
 int cts_expect_true(int cond, const char *file, int line, const char *text);
+/* "<call> returned X (n), expected Y (m)" (or "Y or Z"), with the thread's last error: the one
+ * wording of a status mismatch, for CTS_* and the comm area's CC_*. */
+void cts_status_mismatch(char *buf, size_t size, const char *call, hal_status_t got,
+                         hal_status_t expected1, hal_status_t expected2);
 int cts_expect_status(hal_status_t got, hal_status_t expected, const char *file, int line,
                       const char *call);
 int cts_expect_status2(hal_status_t got, hal_status_t expected1, hal_status_t expected2,

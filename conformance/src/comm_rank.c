@@ -107,22 +107,10 @@ int cc_expect_true(cc_rank_t *r, int cond, const char *file, int line, const cha
     return 0;
 }
 
-static void last_error_copy(hal_status_t got, char *buf, size_t size)
-{
-    const char *msg = got == HAL_OK ? "(the call succeeded)" : hal_last_error_message();
-    snprintf(buf, size, "%s", msg ? msg : "(NULL message)");
-}
-
 int cc_expect_status(cc_rank_t *r, hal_status_t got, hal_status_t expected, const char *file,
                      int line, const char *call)
 {
-    if (got == expected)
-        return 1;
-    char msg[1024];
-    last_error_copy(got, msg, sizeof(msg));
-    cc_failf(r, file, line, "%s\n  returned %s (%d), expected %s (%d)\n  last error: \"%s\"", call,
-             hal_status_string(got), (int)got, hal_status_string(expected), (int)expected, msg);
-    return 0;
+    return cc_expect_status2(r, got, expected, expected, file, line, call);
 }
 
 int cc_expect_status2(cc_rank_t *r, hal_status_t got, hal_status_t expected1,
@@ -130,11 +118,9 @@ int cc_expect_status2(cc_rank_t *r, hal_status_t got, hal_status_t expected1,
 {
     if (got == expected1 || got == expected2)
         return 1;
-    char msg[1024];
-    last_error_copy(got, msg, sizeof(msg));
-    cc_failf(r, file, line, "%s\n  returned %s (%d), expected %s or %s\n  last error: \"%s\"", call,
-             hal_status_string(got), (int)got, hal_status_string(expected1),
-             hal_status_string(expected2), msg);
+    char msg[2048];
+    cts_status_mismatch(msg, sizeof(msg), call, got, expected1, expected2);
+    cc_failf(r, file, line, "%s", msg);
     return 0;
 }
 

@@ -39,23 +39,26 @@ int cts_expect_true(int cond, const char *file, int line, const char *text)
     return 0;
 }
 
-/* Copies the thread's last error before any other HAL call can replace it. */
-static void last_error_copy(hal_status_t got, char *buf, size_t size)
+void cts_status_mismatch(char *buf, size_t size, const char *call, hal_status_t got,
+                         hal_status_t expected1, hal_status_t expected2)
 {
-    const char *msg = got == HAL_OK ? "(the call succeeded)" : hal_last_error_message();
-    snprintf(buf, size, "%s", msg ? msg : "(NULL message)");
+    /* The thread's last error, copied before any other HAL call can replace it. */
+    const char *last = got == HAL_OK ? "(the call succeeded)" : hal_last_error_message();
+    char expected[160];
+    if (expected1 == expected2)
+        snprintf(expected, sizeof(expected), "%s (%d)", hal_status_string(expected1),
+                 (int)expected1);
+    else
+        snprintf(expected, sizeof(expected), "%s or %s", hal_status_string(expected1),
+                 hal_status_string(expected2));
+    snprintf(buf, size, "%s\n  returned %s (%d), expected %s\n  last error: \"%.1024s\"", call,
+             hal_status_string(got), (int)got, expected, last ? last : "(NULL message)");
 }
 
 int cts_expect_status(hal_status_t got, hal_status_t expected, const char *file, int line,
                       const char *call)
 {
-    if (got == expected)
-        return 1;
-    char msg[1024];
-    last_error_copy(got, msg, sizeof(msg));
-    cts_failf(file, line, "%s\n  returned %s (%d), expected %s (%d)\n  last error: \"%s\"", call,
-              hal_status_string(got), (int)got, hal_status_string(expected), (int)expected, msg);
-    return 0;
+    return cts_expect_status2(got, expected, expected, file, line, call);
 }
 
 int cts_expect_status2(hal_status_t got, hal_status_t expected1, hal_status_t expected2,
@@ -63,11 +66,9 @@ int cts_expect_status2(hal_status_t got, hal_status_t expected1, hal_status_t ex
 {
     if (got == expected1 || got == expected2)
         return 1;
-    char msg[1024];
-    last_error_copy(got, msg, sizeof(msg));
-    cts_failf(file, line, "%s\n  returned %s (%d), expected %s or %s\n  last error: \"%s\"", call,
-              hal_status_string(got), (int)got, hal_status_string(expected1),
-              hal_status_string(expected2), msg);
+    char msg[2048];
+    cts_status_mismatch(msg, sizeof(msg), call, got, expected1, expected2);
+    cts_failf(file, line, "%s", msg);
     return 0;
 }
 

@@ -88,7 +88,6 @@ int __wrap_pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*fn)(voi
  * until creation no longer reaches an nth call; each failure must be clean. */
 CTEST(HqAlloc, EveryCreationFailureIsClean)
 {
-    int th_failed = 0;
     int failures_seen = 0;
     for (int call = 0; call < FAIL_CALLS; call++) {
         for (int n = 1; n < 10; n++) {
@@ -105,7 +104,7 @@ CTEST(HqAlloc, EveryCreationFailureIsClean)
                     st = hq_device_init(&dev, &cfg);
                     fail_none();
                 } else {
-                    TH_EXPECT_STATUS(hq_device_init(&dev, &cfg), HAL_OK);
+                    EXPECT_STATUS(hq_device_init(&dev, &cfg), HAL_OK);
                     fail_nth((fail_call_t)call, n);
                     st = what == 1 ? hq_stream_create(&dev, 0, &obj)
                                    : hq_event_create(&dev, 0, &obj);
@@ -121,7 +120,7 @@ CTEST(HqAlloc, EveryCreationFailureIsClean)
                                 : what == 1 ? "hq_stream_create"
                                             : "hq_event_create",
                                 hq_status_name(st), th_last_error());
-                        th_failed = 1;
+                        ctest_record_failure();
                     }
                     if (what > 0)
                         hq_device_fini(&dev);
@@ -129,13 +128,13 @@ CTEST(HqAlloc, EveryCreationFailureIsClean)
                 }
                 /* The object works. */
                 if (what == 1) {
-                    TH_EXPECT_STATUS(hq_stream_synchronize(obj), HAL_OK);
-                    TH_EXPECT_STATUS(hq_stream_destroy(obj), HAL_OK);
+                    EXPECT_STATUS(hq_stream_synchronize(obj), HAL_OK);
+                    EXPECT_STATUS(hq_stream_destroy(obj), HAL_OK);
                 } else if (what == 2) {
-                    TH_EXPECT_STATUS(hq_event_query(obj), HAL_OK);
+                    EXPECT_STATUS(hq_event_query(obj), HAL_OK);
                     hq_event_destroy(obj);
                 }
-                TH_EXPECT_STATUS(hq_device_synchronize(&dev), HAL_OK);
+                EXPECT_STATUS(hq_device_synchronize(&dev), HAL_OK);
                 hq_device_fini(&dev);
             }
             if (reached == 0)
@@ -143,36 +142,35 @@ CTEST(HqAlloc, EveryCreationFailureIsClean)
         }
     }
     /* Every kind of call the engine makes failed at least once. */
-    TH_EXPECT(failures_seen >= 10);
-    TH_RESULT();
+    CTEST_EXPECT(failures_seen >= 10);
+    return CTEST_PASS;
 }
 
 CTEST(HqAlloc, MessagesNameTheFailedCall)
 {
-    int th_failed = 0;
     hq_device_t dev;
     hq_device_config_t cfg = th_config(0, 0, 0);
-    TH_EXPECT_STATUS(hq_device_init(&dev, &cfg), HAL_OK);
+    EXPECT_STATUS(hq_device_init(&dev, &cfg), HAL_OK);
     void *s = NULL;
     th_clear_error();
     fail_nth(FAIL_THREAD_CREATE, 1);
-    TH_EXPECT_STATUS(hq_stream_create(&dev, 0, &s), HAL_ERROR_OUT_OF_HOST_MEMORY);
+    EXPECT_STATUS(hq_stream_create(&dev, 0, &s), HAL_ERROR_OUT_OF_HOST_MEMORY);
     fail_none();
-    TH_EXPECT_MESSAGE("pthread_create failed for a stream worker");
+    EXPECT_MESSAGE("pthread_create failed for a stream worker");
     th_clear_error();
     fail_nth(FAIL_CALLOC, 1);
-    TH_EXPECT_STATUS(hq_stream_create(&dev, 0, &s), HAL_ERROR_OUT_OF_HOST_MEMORY);
+    EXPECT_STATUS(hq_stream_create(&dev, 0, &s), HAL_ERROR_OUT_OF_HOST_MEMORY);
     fail_none();
-    TH_EXPECT_MESSAGE("failed for a stream");
+    EXPECT_MESSAGE("failed for a stream");
     th_clear_error();
     fail_nth(FAIL_CALLOC, 1);
-    TH_EXPECT_STATUS(hq_event_create(&dev, 0, &s), HAL_ERROR_OUT_OF_HOST_MEMORY);
+    EXPECT_STATUS(hq_event_create(&dev, 0, &s), HAL_ERROR_OUT_OF_HOST_MEMORY);
     fail_none();
-    TH_EXPECT_MESSAGE("failed for an event");
-    TH_EXPECT_STATUS(hq_device_synchronize(&dev), HAL_OK); /* no stream was left behind */
-    TH_EXPECT(dev.stream_count == 0);
+    EXPECT_MESSAGE("failed for an event");
+    EXPECT_STATUS(hq_device_synchronize(&dev), HAL_OK); /* no stream was left behind */
+    CTEST_EXPECT(dev.stream_count == 0);
     hq_device_fini(&dev);
-    TH_RESULT();
+    return CTEST_PASS;
 }
 
 /* ---- growth -------------------------------------------------------------------------------- */
@@ -182,14 +180,13 @@ CTEST(HqAlloc, MessagesNameTheFailedCall)
  * goes on working. */
 CTEST(HqAlloc, TaskNodeGrowthFailureQueuesNothing)
 {
-    int th_failed = 0;
     hq_device_t dev;
     hq_device_config_t cfg = th_config(0, 0, 0);
-    TH_EXPECT_STATUS(hq_device_init(&dev, &cfg), HAL_OK);
+    EXPECT_STATUS(hq_device_init(&dev, &cfg), HAL_OK);
     void *s = NULL, *other = NULL, *ev = NULL;
-    TH_EXPECT_STATUS(hq_stream_create(&dev, 0, &s), HAL_OK);
-    TH_EXPECT_STATUS(hq_stream_create(&dev, 0, &other), HAL_OK);
-    TH_EXPECT_STATUS(hq_event_create(&dev, 0, &ev), HAL_OK);
+    EXPECT_STATUS(hq_stream_create(&dev, 0, &s), HAL_OK);
+    EXPECT_STATUS(hq_stream_create(&dev, 0, &other), HAL_OK);
+    EXPECT_STATUS(hq_event_create(&dev, 0, &ev), HAL_OK);
     th_gate_t gate, other_gate;
     th_gate_init(&gate);
     th_gate_init(&other_gate);
@@ -197,75 +194,74 @@ CTEST(HqAlloc, TaskNodeGrowthFailureQueuesNothing)
     atomic_init(&count, 0);
     atomic_int *counter = &count;
     /* A pending version on `other`, so that a wait for it would need a node. */
-    TH_EXPECT_STATUS(hq_stream_add_callback(other, th_gate_cb, &other_gate), HAL_OK);
-    TH_EXPECT_STATUS(hq_event_record(ev, other), HAL_OK);
-    TH_EXPECT_STATUS(hq_stream_add_callback(s, th_gate_cb, &gate), HAL_OK);
+    EXPECT_STATUS(hq_stream_add_callback(other, th_gate_cb, &other_gate), HAL_OK);
+    EXPECT_STATUS(hq_event_record(ev, other), HAL_OK);
+    EXPECT_STATUS(hq_stream_add_callback(s, th_gate_cb, &gate), HAL_OK);
     for (int i = 1; i < HQ_TASK_CHUNK; i++)
-        TH_EXPECT_STATUS(hq_stream_enqueue(s, th_count_work, &counter, sizeof(counter), 0), HAL_OK);
+        EXPECT_STATUS(hq_stream_enqueue(s, th_count_work, &counter, sizeof(counter), 0), HAL_OK);
     hq_stream_t *raw = s;
     hq_event_t *raw_ev = ev;
     uint64_t submitted = atomic_load(&raw->submitted);
 
     fail_nth(FAIL_MALLOC, 1);
-    TH_EXPECT_STATUS(hq_stream_enqueue(s, th_count_work, &counter, sizeof(counter), 0),
-                     HAL_ERROR_OUT_OF_HOST_MEMORY);
-    TH_EXPECT_MESSAGE("failed for stream task nodes");
+    EXPECT_STATUS(hq_stream_enqueue(s, th_count_work, &counter, sizeof(counter), 0),
+                  HAL_ERROR_OUT_OF_HOST_MEMORY);
+    EXPECT_MESSAGE("failed for stream task nodes");
     fail_nth(FAIL_MALLOC, 1);
-    TH_EXPECT_STATUS(hq_stream_add_callback(s, th_count_cb, &count), HAL_ERROR_OUT_OF_HOST_MEMORY);
+    EXPECT_STATUS(hq_stream_add_callback(s, th_count_cb, &count), HAL_ERROR_OUT_OF_HOST_MEMORY);
     fail_nth(FAIL_MALLOC, 1);
-    TH_EXPECT_STATUS(hq_stream_launch_host_fn(s, th_gate_fn, &gate), HAL_ERROR_OUT_OF_HOST_MEMORY);
+    EXPECT_STATUS(hq_stream_launch_host_fn(s, th_gate_fn, &gate), HAL_ERROR_OUT_OF_HOST_MEMORY);
     fail_nth(FAIL_MALLOC, 1);
-    TH_EXPECT_STATUS(hq_stream_wait_event(s, ev), HAL_ERROR_OUT_OF_HOST_MEMORY);
+    EXPECT_STATUS(hq_stream_wait_event(s, ev), HAL_ERROR_OUT_OF_HOST_MEMORY);
     fail_nth(FAIL_MALLOC, 1);
-    TH_EXPECT_STATUS(hq_event_record(ev, s), HAL_ERROR_OUT_OF_HOST_MEMORY);
+    EXPECT_STATUS(hq_event_record(ev, s), HAL_ERROR_OUT_OF_HOST_MEMORY);
     fail_nth(FAIL_MALLOC, 1);
-    TH_EXPECT_STATUS(hq_stream_inject_error(s, HAL_ERROR_ABORTED, "never queued"),
-                     HAL_ERROR_OUT_OF_HOST_MEMORY);
+    EXPECT_STATUS(hq_stream_inject_error(s, HAL_ERROR_ABORTED, "never queued"),
+                  HAL_ERROR_OUT_OF_HOST_MEMORY);
     fail_none();
-    TH_EXPECT(atomic_load(&raw->submitted) == submitted);
-    TH_EXPECT(atomic_load(&raw_ev->recorded) == 1); /* the failed record published nothing */
-    TH_EXPECT(atomic_load(&raw_ev->refcount) == 2); /* the owner and the queued record */
+    CTEST_EXPECT(atomic_load(&raw->submitted) == submitted);
+    CTEST_EXPECT(atomic_load(&raw_ev->recorded) == 1); /* the failed record published nothing */
+    CTEST_EXPECT(atomic_load(&raw_ev->refcount) == 2); /* the owner and the queued record */
 
     /* Growth works again; everything queued runs. */
-    TH_EXPECT_STATUS(hq_stream_enqueue(s, th_count_work, &counter, sizeof(counter), 0), HAL_OK);
+    EXPECT_STATUS(hq_stream_enqueue(s, th_count_work, &counter, sizeof(counter), 0), HAL_OK);
     th_gate_open(&gate);
     th_gate_open(&other_gate);
-    TH_EXPECT_STATUS(hq_stream_synchronize(s), HAL_OK);
-    TH_EXPECT(atomic_load(&count) == HQ_TASK_CHUNK);
-    TH_EXPECT_STATUS(hq_event_synchronize(ev), HAL_OK);
+    EXPECT_STATUS(hq_stream_synchronize(s), HAL_OK);
+    CTEST_EXPECT(atomic_load(&count) == HQ_TASK_CHUNK);
+    EXPECT_STATUS(hq_event_synchronize(ev), HAL_OK);
     hq_event_destroy(ev);
-    TH_EXPECT_STATUS(hq_stream_destroy(s), HAL_OK);
-    TH_EXPECT_STATUS(hq_stream_destroy(other), HAL_OK);
+    EXPECT_STATUS(hq_stream_destroy(s), HAL_OK);
+    EXPECT_STATUS(hq_stream_destroy(other), HAL_OK);
     th_gate_destroy(&gate);
     th_gate_destroy(&other_gate);
     hq_device_fini(&dev);
-    TH_RESULT();
+    return CTEST_PASS;
 }
 
 /* device_synchronize keeps 16 streams inline; past that it allocates its list, and a failure
  * returns HAL_ERROR_OUT_OF_HOST_MEMORY without waiting for or pinning any stream. */
 CTEST(HqAlloc, DeviceSynchronizeListFailure)
 {
-    int th_failed = 0;
     hq_device_t dev;
     hq_device_config_t cfg = th_config(0, 0, 0);
-    TH_EXPECT_STATUS(hq_device_init(&dev, &cfg), HAL_OK);
+    EXPECT_STATUS(hq_device_init(&dev, &cfg), HAL_OK);
     enum { NS = 17 };
     void *s[NS];
     for (int i = 0; i < NS; i++)
-        TH_EXPECT_STATUS(hq_stream_create(&dev, 0, &s[i]), HAL_OK);
+        EXPECT_STATUS(hq_stream_create(&dev, 0, &s[i]), HAL_OK);
     for (int second = 1; second <= 2; second++) {
         th_clear_error();
         fail_nth(FAIL_MALLOC, second);
-        TH_EXPECT_STATUS(hq_device_synchronize(&dev), HAL_ERROR_OUT_OF_HOST_MEMORY);
+        EXPECT_STATUS(hq_device_synchronize(&dev), HAL_ERROR_OUT_OF_HOST_MEMORY);
         fail_none();
-        TH_EXPECT_MESSAGE("listing 17 streams");
+        EXPECT_MESSAGE("listing 17 streams");
     }
     for (int i = 0; i < NS; i++)
-        TH_EXPECT(atomic_load(&((hq_stream_t *)s[i])->refcount) == 1);
-    TH_EXPECT_STATUS(hq_device_synchronize(&dev), HAL_OK);
+        CTEST_EXPECT(atomic_load(&((hq_stream_t *)s[i])->refcount) == 1);
+    EXPECT_STATUS(hq_device_synchronize(&dev), HAL_OK);
     for (int i = 0; i < NS; i++)
-        TH_EXPECT_STATUS(hq_stream_destroy(s[i]), HAL_OK);
+        EXPECT_STATUS(hq_stream_destroy(s[i]), HAL_OK);
     hq_device_fini(&dev);
-    TH_RESULT();
+    return CTEST_PASS;
 }

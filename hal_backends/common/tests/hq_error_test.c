@@ -43,13 +43,12 @@ static hal_status_t seen_work(hq_stream_t *stream, void *payload, hal_status_t s
  * honoured, and a later failure never replaces the first. */
 CTEST(HqError, ErrorsLatch)
 {
-    int th_failed = 0;
     hq_device_t dev;
     hq_device_config_t cfg = th_config(0, 2, 20);
-    TH_EXPECT_STATUS(hq_device_init(&dev, &cfg), HAL_OK);
+    EXPECT_STATUS(hq_device_init(&dev, &cfg), HAL_OK);
     void *s = NULL, *ev = NULL;
-    TH_EXPECT_STATUS(hq_stream_create(&dev, 0, &s), HAL_OK);
-    TH_EXPECT_STATUS(hq_event_create(&dev, 0, &ev), HAL_OK);
+    EXPECT_STATUS(hq_stream_create(&dev, 0, &s), HAL_OK);
+    EXPECT_STATUS(hq_event_create(&dev, 0, &ev), HAL_OK);
     seen_t skipped, on_error, cb, fn;
     seen_init(&skipped);
     seen_init(&on_error);
@@ -58,52 +57,52 @@ CTEST(HqError, ErrorsLatch)
     seen_t *p_skipped = &skipped, *p_on_error = &on_error;
     th_gate_t gate;
     th_gate_init(&gate);
-    TH_EXPECT_STATUS(hq_stream_add_callback(s, th_gate_cb, &gate), HAL_OK);
-    TH_EXPECT_STATUS(hq_stream_inject_error(s, HAL_ERROR_DEVICE_LOST, "injected loss"), HAL_OK);
-    TH_EXPECT_STATUS(hq_stream_enqueue(s, seen_work, &p_skipped, sizeof(p_skipped), 0), HAL_OK);
-    TH_EXPECT_STATUS(
+    EXPECT_STATUS(hq_stream_add_callback(s, th_gate_cb, &gate), HAL_OK);
+    EXPECT_STATUS(hq_stream_inject_error(s, HAL_ERROR_DEVICE_LOST, "injected loss"), HAL_OK);
+    EXPECT_STATUS(hq_stream_enqueue(s, seen_work, &p_skipped, sizeof(p_skipped), 0), HAL_OK);
+    EXPECT_STATUS(
         hq_stream_enqueue(s, seen_work, &p_on_error, sizeof(p_on_error), HQ_TASK_RUN_ON_ERROR),
         HAL_OK);
-    TH_EXPECT_STATUS(hq_event_record(ev, s), HAL_OK);
-    TH_EXPECT_STATUS(hq_stream_add_callback(s, seen_cb, &cb), HAL_OK);
-    TH_EXPECT_STATUS(hq_stream_launch_host_fn(s, seen_fn, &fn), HAL_OK);
-    TH_EXPECT_STATUS(hq_stream_inject_error(s, HAL_ERROR_ABORTED, "second failure"), HAL_OK);
-    TH_EXPECT_STATUS(hq_stream_query(s), HAL_NOT_READY);
+    EXPECT_STATUS(hq_event_record(ev, s), HAL_OK);
+    EXPECT_STATUS(hq_stream_add_callback(s, seen_cb, &cb), HAL_OK);
+    EXPECT_STATUS(hq_stream_launch_host_fn(s, seen_fn, &fn), HAL_OK);
+    EXPECT_STATUS(hq_stream_inject_error(s, HAL_ERROR_ABORTED, "second failure"), HAL_OK);
+    EXPECT_STATUS(hq_stream_query(s), HAL_NOT_READY);
     th_gate_open(&gate);
 
     th_clear_error();
-    TH_EXPECT_STATUS(hq_stream_synchronize(s), HAL_ERROR_DEVICE_LOST);
-    TH_EXPECT_MESSAGE("the stream failed earlier: injected loss");
-    TH_EXPECT(atomic_load(&gate.status) == HAL_OK); /* the gate ran before the failure */
-    TH_EXPECT(atomic_load(&skipped.calls) == 0);
-    TH_EXPECT(atomic_load(&on_error.calls) == 1 &&
-              atomic_load(&on_error.status) == HAL_ERROR_DEVICE_LOST);
-    TH_EXPECT(atomic_load(&cb.calls) == 1 && atomic_load(&cb.status) == HAL_ERROR_DEVICE_LOST);
-    TH_EXPECT(atomic_load(&fn.calls) == 1 && atomic_load(&fn.status) == HAL_ERROR_DEVICE_LOST);
-    TH_EXPECT_STATUS(hq_event_query(ev), HAL_ERROR_DEVICE_LOST);
-    TH_EXPECT_STATUS(hq_stream_query(s), HAL_ERROR_DEVICE_LOST);
+    EXPECT_STATUS(hq_stream_synchronize(s), HAL_ERROR_DEVICE_LOST);
+    EXPECT_MESSAGE("the stream failed earlier: injected loss");
+    CTEST_EXPECT(atomic_load(&gate.status) == HAL_OK); /* the gate ran before the failure */
+    CTEST_EXPECT(atomic_load(&skipped.calls) == 0);
+    CTEST_EXPECT(atomic_load(&on_error.calls) == 1 &&
+                 atomic_load(&on_error.status) == HAL_ERROR_DEVICE_LOST);
+    CTEST_EXPECT(atomic_load(&cb.calls) == 1 && atomic_load(&cb.status) == HAL_ERROR_DEVICE_LOST);
+    CTEST_EXPECT(atomic_load(&fn.calls) == 1 && atomic_load(&fn.status) == HAL_ERROR_DEVICE_LOST);
+    EXPECT_STATUS(hq_event_query(ev), HAL_ERROR_DEVICE_LOST);
+    EXPECT_STATUS(hq_stream_query(s), HAL_ERROR_DEVICE_LOST);
 
     /* Sticky: new data work is refused without being queued; the rest is accepted. */
     th_clear_error();
-    TH_EXPECT_STATUS(hq_stream_enqueue(s, seen_work, &p_skipped, sizeof(p_skipped), 0),
-                     HAL_ERROR_DEVICE_LOST);
-    TH_EXPECT_MESSAGE("injected loss");
-    TH_EXPECT_STATUS(
+    EXPECT_STATUS(hq_stream_enqueue(s, seen_work, &p_skipped, sizeof(p_skipped), 0),
+                  HAL_ERROR_DEVICE_LOST);
+    EXPECT_MESSAGE("injected loss");
+    EXPECT_STATUS(
         hq_stream_enqueue(s, seen_work, &p_on_error, sizeof(p_on_error), HQ_TASK_RUN_ON_ERROR),
         HAL_OK);
-    TH_EXPECT_STATUS(hq_stream_add_callback(s, seen_cb, &cb), HAL_OK);
-    TH_EXPECT_STATUS(hq_stream_launch_host_fn(s, seen_fn, &fn), HAL_OK);
-    TH_EXPECT_STATUS(hq_stream_synchronize(s), HAL_ERROR_DEVICE_LOST);
-    TH_EXPECT(atomic_load(&skipped.calls) == 0);
-    TH_EXPECT(atomic_load(&on_error.calls) == 2);
-    TH_EXPECT(atomic_load(&cb.calls) == 2 && atomic_load(&fn.calls) == 2);
+    EXPECT_STATUS(hq_stream_add_callback(s, seen_cb, &cb), HAL_OK);
+    EXPECT_STATUS(hq_stream_launch_host_fn(s, seen_fn, &fn), HAL_OK);
+    EXPECT_STATUS(hq_stream_synchronize(s), HAL_ERROR_DEVICE_LOST);
+    CTEST_EXPECT(atomic_load(&skipped.calls) == 0);
+    CTEST_EXPECT(atomic_load(&on_error.calls) == 2);
+    CTEST_EXPECT(atomic_load(&cb.calls) == 2 && atomic_load(&fn.calls) == 2);
     th_clear_error();
-    TH_EXPECT_STATUS(hq_stream_destroy(s), HAL_ERROR_DEVICE_LOST);
-    TH_EXPECT_MESSAGE("injected loss");
+    EXPECT_STATUS(hq_stream_destroy(s), HAL_ERROR_DEVICE_LOST);
+    EXPECT_MESSAGE("injected loss");
     hq_event_destroy(ev);
     th_gate_destroy(&gate);
     hq_device_fini(&dev);
-    TH_RESULT();
+    return CTEST_PASS;
 }
 
 static hal_status_t explained_failure(hq_stream_t *stream, void *payload, hal_status_t status)
@@ -119,28 +118,27 @@ static hal_status_t silent_failure(hq_stream_t *stream, void *payload, hal_statu
 
 CTEST(HqError, WorkFailuresLatchWithTheirMessage)
 {
-    int th_failed = 0;
     hq_device_t dev;
     hq_device_config_t cfg = th_config(0, 0, 0);
-    TH_EXPECT_STATUS(hq_device_init(&dev, &cfg), HAL_OK);
+    EXPECT_STATUS(hq_device_init(&dev, &cfg), HAL_OK);
     void *a = NULL, *b = NULL;
-    TH_EXPECT_STATUS(hq_stream_create(&dev, 0, &a), HAL_OK);
-    TH_EXPECT_STATUS(hq_stream_create(&dev, 0, &b), HAL_OK);
+    EXPECT_STATUS(hq_stream_create(&dev, 0, &a), HAL_OK);
+    EXPECT_STATUS(hq_stream_create(&dev, 0, &b), HAL_OK);
     int code = 42;
-    TH_EXPECT_STATUS(hq_stream_enqueue(a, explained_failure, &code, sizeof(code), 0), HAL_OK);
+    EXPECT_STATUS(hq_stream_enqueue(a, explained_failure, &code, sizeof(code), 0), HAL_OK);
     th_clear_error();
-    TH_EXPECT_STATUS(hq_stream_synchronize(a), HAL_ERROR_BACKEND_SPECIFIC);
-    TH_EXPECT_MESSAGE("the stream failed earlier: native_copy returned 42");
-    TH_EXPECT_STATUS(hq_stream_enqueue(b, silent_failure, NULL, 0, 0), HAL_OK);
+    EXPECT_STATUS(hq_stream_synchronize(a), HAL_ERROR_BACKEND_SPECIFIC);
+    EXPECT_MESSAGE("the stream failed earlier: native_copy returned 42");
+    EXPECT_STATUS(hq_stream_enqueue(b, silent_failure, NULL, 0, 0), HAL_OK);
     th_clear_error();
-    TH_EXPECT_STATUS(hq_stream_synchronize(b), HAL_ERROR_TIMEOUT);
-    TH_EXPECT_MESSAGE("a stream task failed with HAL_ERROR_TIMEOUT");
+    EXPECT_STATUS(hq_stream_synchronize(b), HAL_ERROR_TIMEOUT);
+    EXPECT_MESSAGE("a stream task failed with HAL_ERROR_TIMEOUT");
     /* Outside a work function, hq_task_error does nothing. */
     hq_task_error("ignored %d", 1);
-    TH_EXPECT_STATUS(hq_stream_destroy(a), HAL_ERROR_BACKEND_SPECIFIC);
-    TH_EXPECT_STATUS(hq_stream_destroy(b), HAL_ERROR_TIMEOUT);
+    EXPECT_STATUS(hq_stream_destroy(a), HAL_ERROR_BACKEND_SPECIFIC);
+    EXPECT_STATUS(hq_stream_destroy(b), HAL_ERROR_TIMEOUT);
     hq_device_fini(&dev);
-    TH_RESULT();
+    return CTEST_PASS;
 }
 
 /* ---- host functions and the host's take_error ---------------------------------------------- */
@@ -165,54 +163,53 @@ static void stale_cb(hal_status_t status, void *arg)
 
 CTEST(HqError, HostFunctionFailuresKeepTheHostsDetail)
 {
-    int th_failed = 0;
     hq_device_t dev;
     hq_device_config_t cfg = th_config(0, 1, 20);
-    TH_EXPECT_STATUS(hq_device_init(&dev, &cfg), HAL_OK);
+    EXPECT_STATUS(hq_device_init(&dev, &cfg), HAL_OK);
     void *s = NULL;
 
     /* The detail the function left latches with its status. */
     host_step_t remote = { HAL_ERROR_REMOTE, "hal_allreduce: rank 3 stopped answering" };
-    TH_EXPECT_STATUS(hq_stream_create(&dev, 0, &s), HAL_OK);
-    TH_EXPECT_STATUS(hq_stream_launch_host_fn(s, host_step, &remote), HAL_OK);
+    EXPECT_STATUS(hq_stream_create(&dev, 0, &s), HAL_OK);
+    EXPECT_STATUS(hq_stream_launch_host_fn(s, host_step, &remote), HAL_OK);
     th_clear_error();
-    TH_EXPECT_STATUS(hq_stream_synchronize(s), HAL_ERROR_REMOTE);
-    TH_EXPECT_MESSAGE("the stream failed earlier: hal_allreduce: rank 3 stopped answering");
-    TH_EXPECT_STATUS(hq_stream_destroy(s), HAL_ERROR_REMOTE);
+    EXPECT_STATUS(hq_stream_synchronize(s), HAL_ERROR_REMOTE);
+    EXPECT_MESSAGE("the stream failed earlier: hal_allreduce: rank 3 stopped answering");
+    EXPECT_STATUS(hq_stream_destroy(s), HAL_ERROR_REMOTE);
 
     /* A detail left by a callback, or by a host function that then succeeded, is not blamed on
      * a later failure; take_error is called after every host function. */
     host_step_t ok_with_detail = { HAL_OK, "left behind on success" };
     host_step_t quiet = { HAL_ERROR_TIMEOUT, NULL };
-    TH_EXPECT_STATUS(hq_stream_create(&dev, 0, &s), HAL_OK);
-    TH_EXPECT_STATUS(hq_stream_add_callback(s, stale_cb, NULL), HAL_OK);
-    TH_EXPECT_STATUS(hq_stream_synchronize(s), HAL_OK);
+    EXPECT_STATUS(hq_stream_create(&dev, 0, &s), HAL_OK);
+    EXPECT_STATUS(hq_stream_add_callback(s, stale_cb, NULL), HAL_OK);
+    EXPECT_STATUS(hq_stream_synchronize(s), HAL_OK);
     int calls_before = th_take_error_calls();
-    TH_EXPECT_STATUS(hq_stream_launch_host_fn(s, host_step, &ok_with_detail), HAL_OK);
-    TH_EXPECT_STATUS(hq_stream_launch_host_fn(s, host_step, &quiet), HAL_OK);
+    EXPECT_STATUS(hq_stream_launch_host_fn(s, host_step, &ok_with_detail), HAL_OK);
+    EXPECT_STATUS(hq_stream_launch_host_fn(s, host_step, &quiet), HAL_OK);
     th_clear_error();
-    TH_EXPECT_STATUS(hq_stream_synchronize(s), HAL_ERROR_TIMEOUT);
-    TH_EXPECT_MESSAGE("a stream host function failed with HAL_ERROR_TIMEOUT");
-    TH_EXPECT(strstr(th_last_error(), "stale") == NULL);
-    TH_EXPECT(strstr(th_last_error(), "left behind") == NULL);
-    TH_EXPECT(th_take_error_calls() - calls_before == 2);
-    TH_EXPECT_STATUS(hq_stream_destroy(s), HAL_ERROR_TIMEOUT);
+    EXPECT_STATUS(hq_stream_synchronize(s), HAL_ERROR_TIMEOUT);
+    EXPECT_MESSAGE("a stream host function failed with HAL_ERROR_TIMEOUT");
+    CTEST_EXPECT(strstr(th_last_error(), "stale") == NULL);
+    CTEST_EXPECT(strstr(th_last_error(), "left behind") == NULL);
+    CTEST_EXPECT(th_take_error_calls() - calls_before == 2);
+    EXPECT_STATUS(hq_stream_destroy(s), HAL_ERROR_TIMEOUT);
     hq_device_fini(&dev);
 
     /* A 1.0 host has no take_error: the status alone latches, nothing is called. */
     cfg.host = &th_host_1_0;
-    TH_EXPECT_STATUS(hq_device_init(&dev, &cfg), HAL_OK);
-    TH_EXPECT_STATUS(hq_stream_create(&dev, 0, &s), HAL_OK);
+    EXPECT_STATUS(hq_device_init(&dev, &cfg), HAL_OK);
+    EXPECT_STATUS(hq_stream_create(&dev, 0, &s), HAL_OK);
     calls_before = th_take_error_calls();
-    TH_EXPECT_STATUS(hq_stream_add_callback(s, stale_cb, NULL), HAL_OK);
-    TH_EXPECT_STATUS(hq_stream_launch_host_fn(s, host_step, &remote), HAL_OK);
+    EXPECT_STATUS(hq_stream_add_callback(s, stale_cb, NULL), HAL_OK);
+    EXPECT_STATUS(hq_stream_launch_host_fn(s, host_step, &remote), HAL_OK);
     th_clear_error();
-    TH_EXPECT_STATUS(hq_stream_synchronize(s), HAL_ERROR_REMOTE);
-    TH_EXPECT_MESSAGE("a stream host function failed with HAL_ERROR_REMOTE");
-    TH_EXPECT(th_take_error_calls() == calls_before);
-    TH_EXPECT_STATUS(hq_stream_destroy(s), HAL_ERROR_REMOTE);
+    EXPECT_STATUS(hq_stream_synchronize(s), HAL_ERROR_REMOTE);
+    EXPECT_MESSAGE("a stream host function failed with HAL_ERROR_REMOTE");
+    CTEST_EXPECT(th_take_error_calls() == calls_before);
+    EXPECT_STATUS(hq_stream_destroy(s), HAL_ERROR_REMOTE);
     hq_device_fini(&dev);
-    TH_RESULT();
+    return CTEST_PASS;
 }
 
 /* ---- the lost-device latch ----------------------------------------------------------------- */
@@ -226,57 +223,56 @@ static hal_status_t lose_device(hq_stream_t *stream, void *payload, hal_status_t
 
 CTEST(HqError, DeviceLostLatchesOnEveryStream)
 {
-    int th_failed = 0;
     hq_device_t dev, other;
     hq_device_config_t cfg = th_config(0, 2, 0), cfg1 = th_config(1, 2, 0);
-    TH_EXPECT_STATUS(hq_device_init(&dev, &cfg), HAL_OK);
-    TH_EXPECT_STATUS(hq_device_init(&other, &cfg1), HAL_OK);
+    EXPECT_STATUS(hq_device_init(&dev, &cfg), HAL_OK);
+    EXPECT_STATUS(hq_device_init(&other, &cfg1), HAL_OK);
     void *s = NULL, *sibling = NULL, *healthy = NULL, *late = NULL;
-    TH_EXPECT_STATUS(hq_stream_create(&dev, 0, &s), HAL_OK);
-    TH_EXPECT_STATUS(hq_stream_create(&dev, -1, &sibling), HAL_OK);
-    TH_EXPECT_STATUS(hq_stream_create(&other, 0, &healthy), HAL_OK);
-    TH_EXPECT_STATUS(hq_device_check_lost(&dev), HAL_OK);
+    EXPECT_STATUS(hq_stream_create(&dev, 0, &s), HAL_OK);
+    EXPECT_STATUS(hq_stream_create(&dev, -1, &sibling), HAL_OK);
+    EXPECT_STATUS(hq_stream_create(&other, 0, &healthy), HAL_OK);
+    EXPECT_STATUS(hq_device_check_lost(&dev), HAL_OK);
     seen_t cb;
     seen_init(&cb);
 
     /* Marked from a worker, while its own task fails: the loss's message wins on that stream
      * too (it latched first). */
-    TH_EXPECT_STATUS(hq_stream_enqueue(s, lose_device, NULL, 0, 0), HAL_OK);
+    EXPECT_STATUS(hq_stream_enqueue(s, lose_device, NULL, 0, 0), HAL_OK);
     th_clear_error();
-    TH_EXPECT_STATUS(hq_stream_synchronize(s), HAL_ERROR_DEVICE_LOST);
-    TH_EXPECT_MESSAGE("the stream failed earlier: core 0 is lost: hardware error");
+    EXPECT_STATUS(hq_stream_synchronize(s), HAL_ERROR_DEVICE_LOST);
+    EXPECT_MESSAGE("the stream failed earlier: core 0 is lost: hardware error");
     th_clear_error();
-    TH_EXPECT_STATUS(hq_stream_query(sibling), HAL_ERROR_DEVICE_LOST);
-    TH_EXPECT_MESSAGE("core 0 is lost: hardware error");
-    TH_EXPECT_STATUS(hq_stream_add_callback(sibling, seen_cb, &cb), HAL_OK);
-    TH_EXPECT_STATUS(hq_stream_synchronize(sibling), HAL_ERROR_DEVICE_LOST);
-    TH_EXPECT(atomic_load(&cb.status) == HAL_ERROR_DEVICE_LOST);
+    EXPECT_STATUS(hq_stream_query(sibling), HAL_ERROR_DEVICE_LOST);
+    EXPECT_MESSAGE("core 0 is lost: hardware error");
+    EXPECT_STATUS(hq_stream_add_callback(sibling, seen_cb, &cb), HAL_OK);
+    EXPECT_STATUS(hq_stream_synchronize(sibling), HAL_ERROR_DEVICE_LOST);
+    CTEST_EXPECT(atomic_load(&cb.status) == HAL_ERROR_DEVICE_LOST);
     /* Streams created later are born failed; the device reports it. */
-    TH_EXPECT_STATUS(hq_stream_create(&dev, 0, &late), HAL_OK);
-    TH_EXPECT_STATUS(hq_stream_query(late), HAL_ERROR_DEVICE_LOST);
+    EXPECT_STATUS(hq_stream_create(&dev, 0, &late), HAL_OK);
+    EXPECT_STATUS(hq_stream_query(late), HAL_ERROR_DEVICE_LOST);
     th_clear_error();
-    TH_EXPECT_STATUS(hq_device_check_lost(&dev), HAL_ERROR_DEVICE_LOST);
-    TH_EXPECT_MESSAGE("core 0 is lost: hardware error");
-    TH_EXPECT_STATUS(hq_device_synchronize(&dev), HAL_ERROR_DEVICE_LOST);
+    EXPECT_STATUS(hq_device_check_lost(&dev), HAL_ERROR_DEVICE_LOST);
+    EXPECT_MESSAGE("core 0 is lost: hardware error");
+    EXPECT_STATUS(hq_device_synchronize(&dev), HAL_ERROR_DEVICE_LOST);
     /* The first reason stays. */
     hq_device_mark_lost(&dev, "a second reason");
     th_clear_error();
-    TH_EXPECT_STATUS(hq_device_check_lost(&dev), HAL_ERROR_DEVICE_LOST);
-    TH_EXPECT_MESSAGE("core 0 is lost: hardware error");
+    EXPECT_STATUS(hq_device_check_lost(&dev), HAL_ERROR_DEVICE_LOST);
+    EXPECT_MESSAGE("core 0 is lost: hardware error");
     /* Other devices are not affected. */
-    TH_EXPECT_STATUS(hq_stream_query(healthy), HAL_OK);
-    TH_EXPECT_STATUS(hq_device_synchronize(&other), HAL_OK);
-    TH_EXPECT_STATUS(hq_device_check_lost(&other), HAL_OK);
+    EXPECT_STATUS(hq_stream_query(healthy), HAL_OK);
+    EXPECT_STATUS(hq_device_synchronize(&other), HAL_OK);
+    EXPECT_STATUS(hq_device_check_lost(&other), HAL_OK);
 
-    TH_EXPECT_STATUS(hq_stream_destroy(s), HAL_ERROR_DEVICE_LOST);
-    TH_EXPECT_STATUS(hq_stream_destroy(sibling), HAL_ERROR_DEVICE_LOST);
-    TH_EXPECT_STATUS(hq_stream_destroy(late), HAL_ERROR_DEVICE_LOST);
-    TH_EXPECT_STATUS(hq_stream_destroy(healthy), HAL_OK);
+    EXPECT_STATUS(hq_stream_destroy(s), HAL_ERROR_DEVICE_LOST);
+    EXPECT_STATUS(hq_stream_destroy(sibling), HAL_ERROR_DEVICE_LOST);
+    EXPECT_STATUS(hq_stream_destroy(late), HAL_ERROR_DEVICE_LOST);
+    EXPECT_STATUS(hq_stream_destroy(healthy), HAL_OK);
     /* With no streams left, the lost device still says so. */
-    TH_EXPECT_STATUS(hq_device_synchronize(&dev), HAL_ERROR_DEVICE_LOST);
+    EXPECT_STATUS(hq_device_synchronize(&dev), HAL_ERROR_DEVICE_LOST);
     hq_device_fini(&dev);
     hq_device_fini(&other);
-    TH_RESULT();
+    return CTEST_PASS;
 }
 
 CTEST(HqError, StatusNames)

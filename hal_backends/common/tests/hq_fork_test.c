@@ -72,21 +72,20 @@ static void child(hq_device_t *dev, void *stream, void *busy, void *event, bool 
 
 CTEST(HqFork, ObjectsOfTheParentAreDeadInAChild)
 {
-    int th_failed = 0;
     hq_device_t dev;
     hq_device_config_t cfg = th_config(0, 1, 20);
-    TH_EXPECT_STATUS(hq_device_init(&dev, &cfg), HAL_OK);
+    EXPECT_STATUS(hq_device_init(&dev, &cfg), HAL_OK);
     void *idle = NULL, *busy = NULL, *ev = NULL;
-    TH_EXPECT_STATUS(hq_stream_create(&dev, 0, &idle), HAL_OK);
-    TH_EXPECT_STATUS(hq_stream_create(&dev, 0, &busy), HAL_OK);
-    TH_EXPECT_STATUS(hq_event_create(&dev, 0, &ev), HAL_OK);
+    EXPECT_STATUS(hq_stream_create(&dev, 0, &idle), HAL_OK);
+    EXPECT_STATUS(hq_stream_create(&dev, 0, &busy), HAL_OK);
+    EXPECT_STATUS(hq_event_create(&dev, 0, &ev), HAL_OK);
     /* At the fork, one worker is blocked in a callback with work and a record queued behind it,
      * so the event's version is pending in the child for good. */
     th_gate_t gate;
     th_gate_init(&gate);
-    TH_EXPECT_STATUS(hq_stream_add_callback(busy, th_gate_cb, &gate), HAL_OK);
-    TH_EXPECT_STATUS(hq_event_record(ev, busy), HAL_OK);
-    TH_EXPECT(th_wait_until(th_gate_entered, &gate, 10000));
+    EXPECT_STATUS(hq_stream_add_callback(busy, th_gate_cb, &gate), HAL_OK);
+    EXPECT_STATUS(hq_event_record(ev, busy), HAL_OK);
+    CTEST_EXPECT(th_wait_until(th_gate_entered, &gate, 10000));
 
 #if defined(__SANITIZE_THREAD__)
     bool start_threads = false; /* TSan does not support threads started after such a fork */
@@ -96,7 +95,7 @@ CTEST(HqFork, ObjectsOfTheParentAreDeadInAChild)
     pid_t pid = fork();
     if (pid == 0)
         child(&dev, idle, busy, ev, start_threads);
-    TH_EXPECT(pid > 0);
+    CTEST_EXPECT(pid > 0);
     int status = 0;
     if (pid > 0) {
         /* The child must finish on its own; a hang fails the test after 20 s. */
@@ -110,23 +109,23 @@ CTEST(HqFork, ObjectsOfTheParentAreDeadInAChild)
             kill(pid, SIGKILL);
             waitpid(pid, &status, 0);
             fprintf(stderr, "the child hung\n");
-            th_failed = 1;
+            ctest_record_failure();
         } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
             fprintf(stderr, "the child failed: status %d (exit code = failed line %% 250 + 1)\n",
                     status);
-            th_failed = 1;
+            ctest_record_failure();
         }
     }
 
     /* The parent's objects are unaffected. */
-    TH_EXPECT_STATUS(hq_stream_query(busy), HAL_NOT_READY);
+    EXPECT_STATUS(hq_stream_query(busy), HAL_NOT_READY);
     th_gate_open(&gate);
-    TH_EXPECT_STATUS(hq_event_synchronize(ev), HAL_OK);
-    TH_EXPECT_STATUS(hq_device_synchronize(&dev), HAL_OK);
+    EXPECT_STATUS(hq_event_synchronize(ev), HAL_OK);
+    EXPECT_STATUS(hq_device_synchronize(&dev), HAL_OK);
     hq_event_destroy(ev);
-    TH_EXPECT_STATUS(hq_stream_destroy(idle), HAL_OK);
-    TH_EXPECT_STATUS(hq_stream_destroy(busy), HAL_OK);
+    EXPECT_STATUS(hq_stream_destroy(idle), HAL_OK);
+    EXPECT_STATUS(hq_stream_destroy(busy), HAL_OK);
     th_gate_destroy(&gate);
     hq_device_fini(&dev);
-    TH_RESULT();
+    return CTEST_PASS;
 }

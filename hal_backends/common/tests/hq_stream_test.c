@@ -48,13 +48,12 @@ static hal_status_t order_work(hq_stream_t *stream, void *payload, hal_status_t 
 
 CTEST(HqStream, FifoOrderOfEveryTaskKind)
 {
-    int th_failed = 0;
     hq_device_t dev;
     hq_device_config_t cfg = th_config(0, 4, 20);
-    TH_EXPECT_STATUS(hq_device_init(&dev, &cfg), HAL_OK);
+    EXPECT_STATUS(hq_device_init(&dev, &cfg), HAL_OK);
     void *s = NULL, *ev = NULL;
-    TH_EXPECT_STATUS(hq_stream_create(&dev, 0, &s), HAL_OK);
-    TH_EXPECT_STATUS(hq_event_create(&dev, 0, &ev), HAL_OK);
+    EXPECT_STATUS(hq_stream_create(&dev, 0, &s), HAL_OK);
+    EXPECT_STATUS(hq_event_create(&dev, 0, &ev), HAL_OK);
     enum { N = 1000 }; /* many node chunks */
     static order_item_t items[N];
     order_t order;
@@ -64,30 +63,29 @@ CTEST(HqStream, FifoOrderOfEveryTaskKind)
         items[i] = (order_item_t){ &order, i };
         switch (i % 3) {
         case 0:
-            TH_EXPECT_STATUS(hq_stream_add_callback(s, order_cb, &items[i]), HAL_OK);
+            EXPECT_STATUS(hq_stream_add_callback(s, order_cb, &items[i]), HAL_OK);
             break;
         case 1:
-            TH_EXPECT_STATUS(hq_stream_launch_host_fn(s, order_fn, &items[i]), HAL_OK);
+            EXPECT_STATUS(hq_stream_launch_host_fn(s, order_fn, &items[i]), HAL_OK);
             break;
         default:
-            TH_EXPECT_STATUS(hq_stream_enqueue(s, order_work, &items[i], sizeof(items[i]), 0),
-                             HAL_OK);
+            EXPECT_STATUS(hq_stream_enqueue(s, order_work, &items[i], sizeof(items[i]), 0), HAL_OK);
             break;
         }
         if (i % 50 == 0) {
-            TH_EXPECT_STATUS(hq_event_record(ev, s), HAL_OK);
-            TH_EXPECT_STATUS(hq_stream_wait_event(s, ev), HAL_OK);
+            EXPECT_STATUS(hq_event_record(ev, s), HAL_OK);
+            EXPECT_STATUS(hq_stream_wait_event(s, ev), HAL_OK);
         }
     }
-    TH_EXPECT_STATUS(hq_stream_synchronize(s), HAL_OK);
-    TH_EXPECT(atomic_load(&order.next) == N);
-    TH_EXPECT(atomic_load(&order.bad) == 0);
-    TH_EXPECT_STATUS(hq_stream_query(s), HAL_OK);
-    TH_EXPECT_STATUS(hq_event_query(ev), HAL_OK);
+    EXPECT_STATUS(hq_stream_synchronize(s), HAL_OK);
+    CTEST_EXPECT(atomic_load(&order.next) == N);
+    CTEST_EXPECT(atomic_load(&order.bad) == 0);
+    EXPECT_STATUS(hq_stream_query(s), HAL_OK);
+    EXPECT_STATUS(hq_event_query(ev), HAL_OK);
     hq_event_destroy(ev);
-    TH_EXPECT_STATUS(hq_stream_destroy(s), HAL_OK);
+    EXPECT_STATUS(hq_stream_destroy(s), HAL_OK);
     hq_device_fini(&dev);
-    TH_RESULT();
+    return CTEST_PASS;
 }
 
 /* ---- payloads and the extension area ------------------------------------------------------- */
@@ -118,39 +116,38 @@ static hal_status_t no_payload(hq_stream_t *stream, void *payload, hal_status_t 
 
 CTEST(HqStream, PayloadIsCopiedAtEnqueue)
 {
-    int th_failed = 0;
     hq_device_t dev;
     hq_device_config_t cfg = th_config(0, 0, 20);
-    TH_EXPECT_STATUS(hq_device_init(&dev, &cfg), HAL_OK);
+    EXPECT_STATUS(hq_device_init(&dev, &cfg), HAL_OK);
     void *s = NULL;
-    TH_EXPECT_STATUS(hq_stream_create(&dev, 0, &s), HAL_OK);
+    EXPECT_STATUS(hq_stream_create(&dev, 0, &s), HAL_OK);
     th_gate_t gate;
     th_gate_init(&gate);
     big_payload_t p;
     for (int i = 0; i < HQ_PAYLOAD_MAX; i++)
         p.bytes[i] = (unsigned char)(i + 1);
-    TH_EXPECT_STATUS(hq_stream_add_callback(s, th_gate_cb, &gate), HAL_OK);
-    TH_EXPECT_STATUS(hq_stream_enqueue(s, check_big, &p, sizeof(p), 0), HAL_OK);
+    EXPECT_STATUS(hq_stream_add_callback(s, th_gate_cb, &gate), HAL_OK);
+    EXPECT_STATUS(hq_stream_enqueue(s, check_big, &p, sizeof(p), 0), HAL_OK);
     memset(&p, 0, sizeof(p)); /* the queued task has its own copy */
     th_gate_open(&gate);
-    TH_EXPECT_STATUS(hq_stream_synchronize(s), HAL_OK);
-    TH_EXPECT(atomic_load(&payload_ok) == 1);
-    TH_EXPECT(atomic_load(&seen_payload) != (uintptr_t)&p);
-    TH_EXPECT_STATUS(hq_stream_enqueue(s, no_payload, NULL, 0, 0), HAL_OK);
-    TH_EXPECT_STATUS(hq_stream_synchronize(s), HAL_OK);
-    TH_EXPECT(atomic_load(&payload_ok) == 1);
+    EXPECT_STATUS(hq_stream_synchronize(s), HAL_OK);
+    CTEST_EXPECT(atomic_load(&payload_ok) == 1);
+    CTEST_EXPECT(atomic_load(&seen_payload) != (uintptr_t)&p);
+    EXPECT_STATUS(hq_stream_enqueue(s, no_payload, NULL, 0, 0), HAL_OK);
+    EXPECT_STATUS(hq_stream_synchronize(s), HAL_OK);
+    CTEST_EXPECT(atomic_load(&payload_ok) == 1);
 
     /* Too large: refused without side effects. */
     unsigned char too_big[HQ_PAYLOAD_MAX + 1] = { 0 };
     th_clear_error();
-    TH_EXPECT_STATUS(hq_stream_enqueue(s, no_payload, too_big, sizeof(too_big), 0),
-                     HAL_ERROR_INVALID_ARGUMENT);
-    TH_EXPECT_MESSAGE("exceeds");
-    TH_EXPECT_STATUS(hq_stream_query(s), HAL_OK);
-    TH_EXPECT_STATUS(hq_stream_destroy(s), HAL_OK);
+    EXPECT_STATUS(hq_stream_enqueue(s, no_payload, too_big, sizeof(too_big), 0),
+                  HAL_ERROR_INVALID_ARGUMENT);
+    EXPECT_MESSAGE("exceeds");
+    EXPECT_STATUS(hq_stream_query(s), HAL_OK);
+    EXPECT_STATUS(hq_stream_destroy(s), HAL_OK);
     th_gate_destroy(&gate);
     hq_device_fini(&dev);
-    TH_RESULT();
+    return CTEST_PASS;
 }
 
 typedef struct ext_state {
@@ -178,32 +175,31 @@ static void ext_fini(hq_stream_t *stream, void *ext_)
 
 CTEST(HqStream, ExtensionAreaAndTeardownHook)
 {
-    int th_failed = 0;
     hq_device_t dev, plain;
     hq_device_config_t cfg = th_config(0, 0, 0);
     cfg.stream_ext_size = sizeof(ext_state_t);
     cfg.stream_ext_fini = ext_fini;
-    TH_EXPECT_STATUS(hq_device_init(&dev, &cfg), HAL_OK);
+    EXPECT_STATUS(hq_device_init(&dev, &cfg), HAL_OK);
     hq_device_config_t none = th_config(1, 0, 0);
-    TH_EXPECT_STATUS(hq_device_init(&plain, &none), HAL_OK);
+    EXPECT_STATUS(hq_device_init(&plain, &none), HAL_OK);
     int freed = 0;
     int *freed_ptr = &freed;
     void *s = NULL, *t = NULL;
-    TH_EXPECT_STATUS(hq_stream_create(&dev, 0, &s), HAL_OK);
-    TH_EXPECT(hq_stream_device(s) == &dev);
+    EXPECT_STATUS(hq_stream_create(&dev, 0, &s), HAL_OK);
+    CTEST_EXPECT(hq_stream_device(s) == &dev);
     void *ext = hq_stream_ext(s);
-    TH_EXPECT(ext != NULL && (uintptr_t)ext % _Alignof(max_align_t) == 0);
-    TH_EXPECT_STATUS(hq_stream_enqueue(s, use_ext, &freed_ptr, sizeof(freed_ptr), 0), HAL_OK);
-    TH_EXPECT_STATUS(hq_stream_synchronize(s), HAL_OK);
-    TH_EXPECT(freed == 0);
-    TH_EXPECT_STATUS(hq_stream_destroy(s), HAL_OK);
-    TH_EXPECT(freed == 1); /* once, when the stream was freed */
-    TH_EXPECT_STATUS(hq_stream_create(&plain, 0, &t), HAL_OK);
-    TH_EXPECT(hq_stream_ext(t) == NULL);
-    TH_EXPECT_STATUS(hq_stream_destroy(t), HAL_OK);
+    CTEST_EXPECT(ext != NULL && (uintptr_t)ext % _Alignof(max_align_t) == 0);
+    EXPECT_STATUS(hq_stream_enqueue(s, use_ext, &freed_ptr, sizeof(freed_ptr), 0), HAL_OK);
+    EXPECT_STATUS(hq_stream_synchronize(s), HAL_OK);
+    CTEST_EXPECT(freed == 0);
+    EXPECT_STATUS(hq_stream_destroy(s), HAL_OK);
+    CTEST_EXPECT(freed == 1); /* once, when the stream was freed */
+    EXPECT_STATUS(hq_stream_create(&plain, 0, &t), HAL_OK);
+    CTEST_EXPECT(hq_stream_ext(t) == NULL);
+    EXPECT_STATUS(hq_stream_destroy(t), HAL_OK);
     hq_device_fini(&dev);
     hq_device_fini(&plain);
-    TH_RESULT();
+    return CTEST_PASS;
 }
 
 /* ---- query, synchronize, destroy ----------------------------------------------------------- */
@@ -217,38 +213,37 @@ static void *open_later(void *gate)
 
 CTEST(HqStream, QuerySynchronizeAndDestroyDrain)
 {
-    int th_failed = 0;
     hq_device_t dev;
     hq_device_config_t cfg = th_config(0, 2, 20);
-    TH_EXPECT_STATUS(hq_device_init(&dev, &cfg), HAL_OK);
+    EXPECT_STATUS(hq_device_init(&dev, &cfg), HAL_OK);
     void *s = NULL;
-    TH_EXPECT_STATUS(hq_stream_create(&dev, 0, &s), HAL_OK);
-    TH_EXPECT_STATUS(hq_stream_query(s), HAL_OK);
-    TH_EXPECT_STATUS(hq_stream_synchronize(s), HAL_OK);
+    EXPECT_STATUS(hq_stream_create(&dev, 0, &s), HAL_OK);
+    EXPECT_STATUS(hq_stream_query(s), HAL_OK);
+    EXPECT_STATUS(hq_stream_synchronize(s), HAL_OK);
     th_gate_t gate;
     th_gate_init(&gate);
     atomic_int count;
     atomic_init(&count, 0);
     atomic_int *counter = &count;
-    TH_EXPECT_STATUS(hq_stream_add_callback(s, th_gate_cb, &gate), HAL_OK);
-    TH_EXPECT_STATUS(hq_stream_query(s), HAL_NOT_READY);
-    TH_EXPECT(th_wait_until(th_gate_entered, &gate, 10000));
-    TH_EXPECT_STATUS(hq_stream_query(s), HAL_NOT_READY);
+    EXPECT_STATUS(hq_stream_add_callback(s, th_gate_cb, &gate), HAL_OK);
+    EXPECT_STATUS(hq_stream_query(s), HAL_NOT_READY);
+    CTEST_EXPECT(th_wait_until(th_gate_entered, &gate, 10000));
+    EXPECT_STATUS(hq_stream_query(s), HAL_NOT_READY);
     enum { N = 300 };
     for (int i = 0; i < N; i++) {
-        TH_EXPECT_STATUS(hq_stream_enqueue(s, th_count_work, &counter, sizeof(counter), 0), HAL_OK);
-        TH_EXPECT_STATUS(hq_stream_add_callback(s, th_count_cb, &count), HAL_OK);
+        EXPECT_STATUS(hq_stream_enqueue(s, th_count_work, &counter, sizeof(counter), 0), HAL_OK);
+        EXPECT_STATUS(hq_stream_add_callback(s, th_count_cb, &count), HAL_OK);
     }
-    TH_EXPECT(atomic_load(&count) == 0);
+    CTEST_EXPECT(atomic_load(&count) == 0);
     /* destroy waits for everything queued, the gate (opened meanwhile) included. */
     pthread_t opener;
     pthread_create(&opener, NULL, open_later, &gate);
-    TH_EXPECT_STATUS(hq_stream_destroy(s), HAL_OK);
-    TH_EXPECT(atomic_load(&count) == 2 * N);
+    EXPECT_STATUS(hq_stream_destroy(s), HAL_OK);
+    CTEST_EXPECT(atomic_load(&count) == 2 * N);
     pthread_join(opener, NULL);
     th_gate_destroy(&gate);
     hq_device_fini(&dev);
-    TH_RESULT();
+    return CTEST_PASS;
 }
 
 /* ---- execution slots ----------------------------------------------------------------------- */
@@ -295,14 +290,13 @@ static bool slot_waiters(void *arg)
  * order the streams asked in. */
 CTEST(HqStream, SlotsAreGrantedByPriority)
 {
-    int th_failed = 0;
     hq_device_t dev;
     hq_device_config_t cfg = th_config(0, 1, 20);
-    TH_EXPECT_STATUS(hq_device_init(&dev, &cfg), HAL_OK);
+    EXPECT_STATUS(hq_device_init(&dev, &cfg), HAL_OK);
     void *s[4] = { 0 };
     int32_t prio[4] = { 0, 0, -1, -2 };
     for (int i = 0; i < 4; i++)
-        TH_EXPECT_STATUS(hq_stream_create(&dev, prio[i], &s[i]), HAL_OK);
+        EXPECT_STATUS(hq_stream_create(&dev, prio[i], &s[i]), HAL_OK);
     log_t log = { .text = "" };
     pthread_mutex_init(&log.lock, NULL);
     log_entry_t e[4] = { { &log, 'a' }, { &log, 'b' }, { &log, 'M' }, { &log, 'H' } };
@@ -312,24 +306,24 @@ CTEST(HqStream, SlotsAreGrantedByPriority)
     waiting_probe_t probe = { &dev, 0 };
     for (int i = 0; i < 4; i++) {
         log_entry_t *ep = &e[i];
-        TH_EXPECT_STATUS(hq_stream_enqueue(s[i], log_work, &ep, sizeof(ep), 0), HAL_OK);
+        EXPECT_STATUS(hq_stream_enqueue(s[i], log_work, &ep, sizeof(ep), 0), HAL_OK);
         probe.n = (uint32_t)i + 1;
-        TH_EXPECT(th_wait_until(slot_waiters, &probe, 10000));
+        CTEST_EXPECT(th_wait_until(slot_waiters, &probe, 10000));
     }
-    TH_EXPECT(log.text[0] == '\0');
+    CTEST_EXPECT(log.text[0] == '\0');
     hq_sched_release(&dev.sched);
-    TH_EXPECT_STATUS(hq_device_synchronize(&dev), HAL_OK);
+    EXPECT_STATUS(hq_device_synchronize(&dev), HAL_OK);
     if (strcmp(log.text, "HMab") != 0) {
         fprintf(stderr, "execution order \"%s\", expected \"HMab\"\n", log.text);
-        th_failed = 1;
+        ctest_record_failure();
     }
-    TH_EXPECT(hq_sched_waiting(&dev.sched) == 0);
+    CTEST_EXPECT(hq_sched_waiting(&dev.sched) == 0);
     pthread_cond_destroy(&cv);
     for (int i = 0; i < 4; i++)
-        TH_EXPECT_STATUS(hq_stream_destroy(s[i]), HAL_OK);
+        EXPECT_STATUS(hq_stream_destroy(s[i]), HAL_OK);
     pthread_mutex_destroy(&log.lock);
     hq_device_fini(&dev);
-    TH_RESULT();
+    return CTEST_PASS;
 }
 
 static hal_status_t count_fn(void *counter, hal_status_t status)
@@ -353,18 +347,17 @@ static bool count_reached(void *arg)
  * says so; host functions, records and waits never. A device of 0 slots never limits. */
 CTEST(HqStream, WhatHoldsASlot)
 {
-    int th_failed = 0;
     for (int variant = 0; variant < 3; variant++) {
         bool callbacks_take_slot = variant == 1;
         bool unlimited = variant == 2;
         hq_device_t dev;
         hq_device_config_t cfg = th_config(0, unlimited ? 0 : 1, 0);
         cfg.callbacks_take_slot = callbacks_take_slot;
-        TH_EXPECT_STATUS(hq_device_init(&dev, &cfg), HAL_OK);
+        EXPECT_STATUS(hq_device_init(&dev, &cfg), HAL_OK);
         void *s = NULL, *other = NULL, *ev = NULL;
-        TH_EXPECT_STATUS(hq_stream_create(&dev, 0, &s), HAL_OK);
-        TH_EXPECT_STATUS(hq_stream_create(&dev, 0, &other), HAL_OK);
-        TH_EXPECT_STATUS(hq_event_create(&dev, 0, &ev), HAL_OK);
+        EXPECT_STATUS(hq_stream_create(&dev, 0, &s), HAL_OK);
+        EXPECT_STATUS(hq_stream_create(&dev, 0, &other), HAL_OK);
+        EXPECT_STATUS(hq_event_create(&dev, 0, &ev), HAL_OK);
         pthread_cond_t cv;
         pthread_cond_init(&cv, NULL);
         hq_sched_acquire(&dev.sched, 0, &cv); /* the only slot, where there is a limit */
@@ -373,41 +366,41 @@ CTEST(HqStream, WhatHoldsASlot)
         atomic_init(&count, 0);
         atomic_int *counter = &count;
         /* Slot-free tasks all run while the slot is taken. */
-        TH_EXPECT_STATUS(hq_stream_launch_host_fn(s, count_fn, &count), HAL_OK);
-        TH_EXPECT_STATUS(
+        EXPECT_STATUS(hq_stream_launch_host_fn(s, count_fn, &count), HAL_OK);
+        EXPECT_STATUS(
             hq_stream_enqueue(s, th_count_work, &counter, sizeof(counter), HQ_TASK_NO_SLOT),
             HAL_OK);
-        TH_EXPECT_STATUS(hq_event_record(ev, other), HAL_OK);
-        TH_EXPECT_STATUS(hq_stream_wait_event(s, ev), HAL_OK);
+        EXPECT_STATUS(hq_event_record(ev, other), HAL_OK);
+        EXPECT_STATUS(hq_stream_wait_event(s, ev), HAL_OK);
         if (!callbacks_take_slot)
-            TH_EXPECT_STATUS(hq_stream_add_callback(s, th_count_cb, &count), HAL_OK);
+            EXPECT_STATUS(hq_stream_add_callback(s, th_count_cb, &count), HAL_OK);
         count_probe_t probe = { &count, callbacks_take_slot ? 2 : 3 };
-        TH_EXPECT(th_wait_until(count_reached, &probe, 10000));
-        TH_EXPECT_STATUS(hq_event_synchronize(ev), HAL_OK);
+        CTEST_EXPECT(th_wait_until(count_reached, &probe, 10000));
+        EXPECT_STATUS(hq_event_synchronize(ev), HAL_OK);
         /* Then one that needs the slot. */
         if (callbacks_take_slot)
-            TH_EXPECT_STATUS(hq_stream_add_callback(s, th_count_cb, &count), HAL_OK);
+            EXPECT_STATUS(hq_stream_add_callback(s, th_count_cb, &count), HAL_OK);
         else
-            TH_EXPECT_STATUS(hq_stream_enqueue(s, th_count_work, &counter, sizeof(counter), 0),
-                             HAL_OK);
+            EXPECT_STATUS(hq_stream_enqueue(s, th_count_work, &counter, sizeof(counter), 0),
+                          HAL_OK);
         probe.want++;
         if (unlimited) {
-            TH_EXPECT(th_wait_until(count_reached, &probe, 10000));
+            CTEST_EXPECT(th_wait_until(count_reached, &probe, 10000));
         } else {
             th_sleep_ms(20);
-            TH_EXPECT(atomic_load(&count) == probe.want - 1);
-            TH_EXPECT_STATUS(hq_stream_query(s), HAL_NOT_READY);
+            CTEST_EXPECT(atomic_load(&count) == probe.want - 1);
+            EXPECT_STATUS(hq_stream_query(s), HAL_NOT_READY);
         }
         hq_sched_release(&dev.sched);
-        TH_EXPECT_STATUS(hq_stream_synchronize(s), HAL_OK);
-        TH_EXPECT(atomic_load(&count) == probe.want);
+        EXPECT_STATUS(hq_stream_synchronize(s), HAL_OK);
+        CTEST_EXPECT(atomic_load(&count) == probe.want);
         pthread_cond_destroy(&cv);
         hq_event_destroy(ev);
-        TH_EXPECT_STATUS(hq_stream_destroy(s), HAL_OK);
-        TH_EXPECT_STATUS(hq_stream_destroy(other), HAL_OK);
+        EXPECT_STATUS(hq_stream_destroy(s), HAL_OK);
+        EXPECT_STATUS(hq_stream_destroy(other), HAL_OK);
         hq_device_fini(&dev);
     }
-    TH_RESULT();
+    return CTEST_PASS;
 }
 
 /* ---- device_synchronize -------------------------------------------------------------------- */
@@ -428,59 +421,58 @@ static void *sync_thread(void *arg)
 
 CTEST(HqStream, DeviceSynchronizeWaitsForEveryStream)
 {
-    int th_failed = 0;
     hq_device_t dev, other_dev;
     hq_device_config_t cfg = th_config(0, 4, 20), cfg1 = th_config(1, 4, 20);
-    TH_EXPECT_STATUS(hq_device_init(&dev, &cfg), HAL_OK);
-    TH_EXPECT_STATUS(hq_device_init(&other_dev, &cfg1), HAL_OK);
+    EXPECT_STATUS(hq_device_init(&dev, &cfg), HAL_OK);
+    EXPECT_STATUS(hq_device_init(&other_dev, &cfg1), HAL_OK);
     enum { NS = 20 }; /* more than device_synchronize keeps inline */
     void *s[NS];
     for (int i = 0; i < NS; i++)
-        TH_EXPECT_STATUS(hq_stream_create(&dev, -(i % 3), &s[i]), HAL_OK);
+        EXPECT_STATUS(hq_stream_create(&dev, -(i % 3), &s[i]), HAL_OK);
     void *other = NULL;
-    TH_EXPECT_STATUS(hq_stream_create(&other_dev, 0, &other), HAL_OK);
+    EXPECT_STATUS(hq_stream_create(&other_dev, 0, &other), HAL_OK);
     th_gate_t gate, other_gate;
     th_gate_init(&gate);
     th_gate_init(&other_gate);
     atomic_int count;
     atomic_init(&count, 0);
     for (int i = 0; i < NS; i++)
-        TH_EXPECT_STATUS(hq_stream_add_callback(s[i], th_count_cb, &count), HAL_OK);
-    TH_EXPECT_STATUS(hq_stream_add_callback(s[NS - 1], th_gate_cb, &gate), HAL_OK);
+        EXPECT_STATUS(hq_stream_add_callback(s[i], th_count_cb, &count), HAL_OK);
+    EXPECT_STATUS(hq_stream_add_callback(s[NS - 1], th_gate_cb, &gate), HAL_OK);
     /* Work on another device does not hold this one up. */
-    TH_EXPECT_STATUS(hq_stream_add_callback(other, th_gate_cb, &other_gate), HAL_OK);
+    EXPECT_STATUS(hq_stream_add_callback(other, th_gate_cb, &other_gate), HAL_OK);
 
     sync_call_t call = { .device = &dev, .status = HAL_ERROR_INTERNAL };
     atomic_init(&call.done, 0);
     pthread_t th;
     pthread_create(&th, NULL, sync_thread, &call);
     th_sleep_ms(30);
-    TH_EXPECT(atomic_load(&call.done) == 0);
+    CTEST_EXPECT(atomic_load(&call.done) == 0);
     th_gate_open(&gate);
     pthread_join(th, NULL);
-    TH_EXPECT(call.status == HAL_OK);
-    TH_EXPECT(atomic_load(&count) == NS);
-    TH_EXPECT_STATUS(hq_stream_query(other), HAL_NOT_READY);
+    CTEST_EXPECT(call.status == HAL_OK);
+    CTEST_EXPECT(atomic_load(&count) == NS);
+    EXPECT_STATUS(hq_stream_query(other), HAL_NOT_READY);
     th_gate_open(&other_gate);
 
     /* The first latched error in creation order is reported, with its detail. */
-    TH_EXPECT_STATUS(hq_stream_inject_error(s[7], HAL_ERROR_ABORTED, "seventh"), HAL_OK);
-    TH_EXPECT_STATUS(hq_stream_inject_error(s[5], HAL_ERROR_REMOTE, "fifth"), HAL_OK);
+    EXPECT_STATUS(hq_stream_inject_error(s[7], HAL_ERROR_ABORTED, "seventh"), HAL_OK);
+    EXPECT_STATUS(hq_stream_inject_error(s[5], HAL_ERROR_REMOTE, "fifth"), HAL_OK);
     th_clear_error();
-    TH_EXPECT_STATUS(hq_device_synchronize(&dev), HAL_ERROR_REMOTE);
-    TH_EXPECT_MESSAGE("the stream failed earlier: fifth");
-    TH_EXPECT_STATUS(hq_device_synchronize(&other_dev), HAL_OK);
+    EXPECT_STATUS(hq_device_synchronize(&dev), HAL_ERROR_REMOTE);
+    EXPECT_MESSAGE("the stream failed earlier: fifth");
+    EXPECT_STATUS(hq_device_synchronize(&other_dev), HAL_OK);
     for (int i = 0; i < NS; i++)
-        TH_EXPECT_STATUS(hq_stream_destroy(s[i]), i == 5   ? HAL_ERROR_REMOTE
-                                                  : i == 7 ? HAL_ERROR_ABORTED
-                                                           : HAL_OK);
-    TH_EXPECT_STATUS(hq_stream_destroy(other), HAL_OK);
-    TH_EXPECT_STATUS(hq_device_synchronize(&dev), HAL_OK); /* no streams left */
+        EXPECT_STATUS(hq_stream_destroy(s[i]), i == 5   ? HAL_ERROR_REMOTE
+                                               : i == 7 ? HAL_ERROR_ABORTED
+                                                        : HAL_OK);
+    EXPECT_STATUS(hq_stream_destroy(other), HAL_OK);
+    EXPECT_STATUS(hq_device_synchronize(&dev), HAL_OK); /* no streams left */
     th_gate_destroy(&gate);
     th_gate_destroy(&other_gate);
     hq_device_fini(&dev);
     hq_device_fini(&other_dev);
-    TH_RESULT();
+    return CTEST_PASS;
 }
 
 /* device_synchronize while other threads create, use and destroy streams of the device: each
@@ -521,10 +513,9 @@ static void *churn_thread(void *arg)
 
 CTEST(HqStream, DeviceSynchronizeRacesStreamDestroy)
 {
-    int th_failed = 0;
     hq_device_t dev;
     hq_device_config_t cfg = th_config(0, 2, 20);
-    TH_EXPECT_STATUS(hq_device_init(&dev, &cfg), HAL_OK);
+    EXPECT_STATUS(hq_device_init(&dev, &cfg), HAL_OK);
     atomic_int stop;
     atomic_init(&stop, 0);
     enum { T = 3 };
@@ -535,15 +526,15 @@ CTEST(HqStream, DeviceSynchronizeRacesStreamDestroy)
         pthread_create(&th[i], NULL, churn_thread, &c[i]);
     }
     for (int i = 0; i < 300; i++)
-        TH_EXPECT_STATUS(hq_device_synchronize(&dev), HAL_OK);
+        EXPECT_STATUS(hq_device_synchronize(&dev), HAL_OK);
     atomic_store(&stop, 1);
     for (int i = 0; i < T; i++) {
         pthread_join(th[i], NULL);
-        TH_EXPECT(c[i].failures == 0);
+        CTEST_EXPECT(c[i].failures == 0);
     }
-    TH_EXPECT_STATUS(hq_device_synchronize(&dev), HAL_OK);
+    EXPECT_STATUS(hq_device_synchronize(&dev), HAL_OK);
     hq_device_fini(&dev);
-    TH_RESULT();
+    return CTEST_PASS;
 }
 
 /* ---- worker threads ------------------------------------------------------------------------ */
@@ -564,30 +555,29 @@ static void read_name(hal_status_t status, void *arg)
 
 CTEST(HqStream, WorkersAreNamedAndTakeNoSignals)
 {
-    int th_failed = 0;
     hq_device_t dev, dflt;
     hq_device_config_t cfg = th_config(7, 0, 0);
     cfg.thread_prefix = "a-very-long-prefix";
-    TH_EXPECT_STATUS(hq_device_init(&dev, &cfg), HAL_OK);
+    EXPECT_STATUS(hq_device_init(&dev, &cfg), HAL_OK);
     hq_device_config_t plain = th_config(3, 0, 0);
     plain.thread_prefix = NULL;
-    TH_EXPECT_STATUS(hq_device_init(&dflt, &plain), HAL_OK);
+    EXPECT_STATUS(hq_device_init(&dflt, &plain), HAL_OK);
     name_probe_t a = { .name = "" }, b = { .name = "" };
     atomic_init(&a.blocked_signals, 0);
     atomic_init(&b.blocked_signals, 0);
     void *s = NULL, *t = NULL;
-    TH_EXPECT_STATUS(hq_stream_create(&dev, 0, &s), HAL_OK);
-    TH_EXPECT_STATUS(hq_stream_create(&dflt, 0, &t), HAL_OK);
-    TH_EXPECT_STATUS(hq_stream_add_callback(s, read_name, &a), HAL_OK);
-    TH_EXPECT_STATUS(hq_stream_add_callback(t, read_name, &b), HAL_OK);
-    TH_EXPECT_STATUS(hq_stream_synchronize(s), HAL_OK);
-    TH_EXPECT_STATUS(hq_stream_synchronize(t), HAL_OK);
-    TH_EXPECT(strcmp(a.name, "a-very-long7") == 0); /* the prefix is cut to 11 characters */
-    TH_EXPECT(strcmp(b.name, "hal-hq3") == 0);
-    TH_EXPECT(atomic_load(&a.blocked_signals) == 1);
-    TH_EXPECT_STATUS(hq_stream_destroy(s), HAL_OK);
-    TH_EXPECT_STATUS(hq_stream_destroy(t), HAL_OK);
+    EXPECT_STATUS(hq_stream_create(&dev, 0, &s), HAL_OK);
+    EXPECT_STATUS(hq_stream_create(&dflt, 0, &t), HAL_OK);
+    EXPECT_STATUS(hq_stream_add_callback(s, read_name, &a), HAL_OK);
+    EXPECT_STATUS(hq_stream_add_callback(t, read_name, &b), HAL_OK);
+    EXPECT_STATUS(hq_stream_synchronize(s), HAL_OK);
+    EXPECT_STATUS(hq_stream_synchronize(t), HAL_OK);
+    CTEST_EXPECT(strcmp(a.name, "a-very-long7") == 0); /* the prefix is cut to 11 characters */
+    CTEST_EXPECT(strcmp(b.name, "hal-hq3") == 0);
+    CTEST_EXPECT(atomic_load(&a.blocked_signals) == 1);
+    EXPECT_STATUS(hq_stream_destroy(s), HAL_OK);
+    EXPECT_STATUS(hq_stream_destroy(t), HAL_OK);
     hq_device_fini(&dev);
     hq_device_fini(&dflt);
-    TH_RESULT();
+    return CTEST_PASS;
 }

@@ -71,6 +71,7 @@ void th_leave_detail(const char *detail)
 hq_device_config_t th_config(uint32_t index, uint32_t slots, uint32_t spin_us)
 {
     const char *spin = getenv("HQ_TEST_SPIN_US");
+    ctest_set_error_source(th_last_error); /* the engine's details land in th_host */
     hq_device_config_t c = {
         .host = &th_host,
         .index = index,

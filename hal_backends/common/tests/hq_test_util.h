@@ -13,6 +13,7 @@
 
 #include "hal_backends/common/hq_internal.h"
 #include "tools/ctest/ctest.h"
+#include "tools/ctest/ctest_status.h"
 
 /* Host services: set_error keeps the detail for the calling thread (th_last_error), take_error
  * returns it once and counts its calls. */
@@ -26,37 +27,9 @@ int th_take_error_calls(void);
  * does. */
 void th_leave_detail(const char *detail);
 
-/* Checks that do not return, so that a test can open its gates and clean up; the test declares
- * `int th_failed = 0;` and ends with TH_RESULT(). */
-#define TH_EXPECT(cond)                                                                    \
-    do {                                                                                   \
-        if (!(cond)) {                                                                     \
-            fprintf(stderr, "%s:%d: expectation failed: %s\n", __FILE__, __LINE__, #cond); \
-            th_failed = 1;                                                                 \
-        }                                                                                  \
-    } while (0)
-
-#define TH_EXPECT_STATUS(call, expected)                                                           \
-    do {                                                                                           \
-        hal_status_t th_st_ = (call);                                                              \
-        if (th_st_ != (expected)) {                                                                \
-            fprintf(stderr, "%s:%d: %s returned %s, expected %s (last error: \"%s\")\n", __FILE__, \
-                    __LINE__, #call, hq_status_name(th_st_), hq_status_name(expected),             \
-                    th_last_error());                                                              \
-            th_failed = 1;                                                                         \
-        }                                                                                          \
-    } while (0)
-
-#define TH_EXPECT_MESSAGE(fragment)                                                         \
-    do {                                                                                    \
-        if (strstr(th_last_error(), (fragment)) == NULL) {                                  \
-            fprintf(stderr, "%s:%d: last error \"%s\" does not mention \"%s\"\n", __FILE__, \
-                    __LINE__, th_last_error(), (fragment));                                 \
-            th_failed = 1;                                                                  \
-        }                                                                                   \
-    } while (0)
-
-#define TH_RESULT() return th_failed ? CTEST_FAIL : CTEST_PASS
+/* Checks record a failure and go on (EXPECT_*, CTEST_EXPECT: tools/ctest), so that a test can
+ * open its gates and clean up; the last error they show is th_last_error() (th_config makes it
+ * the source). */
 
 /* A device configuration with th_host and the given slots and spin budget (HQ_TEST_SPIN_US, if
  * set, replaces spin_us: the suite runs again with every waiter sleeping). */

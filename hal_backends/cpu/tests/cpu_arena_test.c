@@ -55,10 +55,9 @@ static uint64_t free_of(t_fixture_t *fx)
 
 CTEST(CpuArena, AlignmentAndPlacement)
 {
-    int t_failed = 0;
     t_fixture_t fx;
-    T_EXPECT_STATUS(t_open(&fx, "1", "256M", NULL, NULL), HAL_OK);
-    T_EXPECT(arena_of(&fx, 0) != NULL);
+    EXPECT_STATUS(t_open(&fx, "1", "256M", NULL, NULL), HAL_OK);
+    CTEST_EXPECT(arena_of(&fx, 0) != NULL);
     static const size_t aligns[] = { 0, 1, 64, 256, 512, 4096, 65536, 1u << 20, 16u << 20 };
     static const size_t sizes[] = { 1, 255, 256, 257, 4095, 4097, 100000, 3u << 20 };
     enum { NA = sizeof(aligns) / sizeof(aligns[0]), NS = sizeof(sizes) / sizeof(sizes[0]) };
@@ -67,10 +66,10 @@ CTEST(CpuArena, AlignmentAndPlacement)
     for (size_t a = 0; a < NA; a++) {
         for (size_t s = 0; s < NS; s++, n++) {
             p[n] = c[n] = NULL;
-            T_EXPECT_STATUS(alloc_dev(&fx, sizes[s], aligns[a], &p[n], &c[n]), HAL_OK);
+            EXPECT_STATUS(alloc_dev(&fx, sizes[s], aligns[a], &p[n], &c[n]), HAL_OK);
             size_t want = aligns[a] > 256 ? aligns[a] : 256;
-            T_EXPECT(p[n] != NULL && (uintptr_t)p[n] % want == 0);
-            T_EXPECT(in_arena(&fx, p[n], sizes[s]));
+            CTEST_EXPECT(p[n] != NULL && (uintptr_t)p[n] % want == 0);
+            CTEST_EXPECT(in_arena(&fx, p[n], sizes[s]));
             if (p[n] != NULL)
                 memset(p[n], (int)n, sizes[s]);
         }
@@ -85,47 +84,45 @@ CTEST(CpuArena, AlignmentAndPlacement)
                 overlap++;
         }
     }
-    T_EXPECT(overlap == 0);
+    CTEST_EXPECT(overlap == 0);
     for (size_t i = 0; i < n; i++) {
         if (p[i] != NULL)
             free_dev(&fx, p[i], c[i]);
     }
-    T_EXPECT(free_ranges(&fx) == 1); /* everything merged back into one range */
-    T_EXPECT(free_of(&fx) == (UINT64_C(256) << 20));
+    CTEST_EXPECT(free_ranges(&fx) == 1); /* everything merged back into one range */
+    CTEST_EXPECT(free_of(&fx) == (UINT64_C(256) << 20));
 
     /* Shared memory comes from the same arena. */
     void *sh = NULL, *csh = NULL;
-    T_EXPECT_STATUS(fx.ops->mem_alloc(fx.dev[0], HAL_MEM_KIND_SHARED, 5000, 4096, &sh, &csh),
-                    HAL_OK);
-    T_EXPECT(in_arena(&fx, sh, 5000) && (uintptr_t)sh % 4096 == 0);
-    T_EXPECT_STATUS(fx.ops->mem_free(fx.dev[0], HAL_MEM_KIND_SHARED, sh, csh), HAL_OK);
+    EXPECT_STATUS(fx.ops->mem_alloc(fx.dev[0], HAL_MEM_KIND_SHARED, 5000, 4096, &sh, &csh), HAL_OK);
+    CTEST_EXPECT(in_arena(&fx, sh, 5000) && (uintptr_t)sh % 4096 == 0);
+    EXPECT_STATUS(fx.ops->mem_free(fx.dev[0], HAL_MEM_KIND_SHARED, sh, csh), HAL_OK);
     /* Pinned memory does not. */
     void *pin = NULL, *cpin = NULL;
-    T_EXPECT_STATUS(fx.ops->mem_alloc(fx.dev[0], HAL_MEM_KIND_HOST_PINNED, 5000, 0, &pin, &cpin),
-                    HAL_OK);
-    T_EXPECT(!in_arena(&fx, pin, 1));
-    T_EXPECT_STATUS(fx.ops->mem_free(fx.dev[0], HAL_MEM_KIND_HOST_PINNED, pin, cpin), HAL_OK);
+    EXPECT_STATUS(fx.ops->mem_alloc(fx.dev[0], HAL_MEM_KIND_HOST_PINNED, 5000, 0, &pin, &cpin),
+                  HAL_OK);
+    CTEST_EXPECT(!in_arena(&fx, pin, 1));
+    EXPECT_STATUS(fx.ops->mem_free(fx.dev[0], HAL_MEM_KIND_HOST_PINNED, pin, cpin), HAL_OK);
     t_close(&fx);
-    T_RESULT();
+    return CTEST_PASS;
 }
 
 CTEST(CpuArena, ReuseAfterFreeAndCoalescing)
 {
-    int t_failed = 0;
     t_fixture_t fx;
-    T_EXPECT_STATUS(t_open(&fx, "1", "16M", NULL, NULL), HAL_OK);
+    EXPECT_STATUS(t_open(&fx, "1", "16M", NULL, NULL), HAL_OK);
     enum { Q = 256 * 1024 };
     void *p[4] = { 0 }, *c[4] = { 0 };
     for (int i = 0; i < 4; i++)
-        T_EXPECT_STATUS(alloc_dev(&fx, Q, 0, &p[i], &c[i]), HAL_OK);
+        EXPECT_STATUS(alloc_dev(&fx, Q, 0, &p[i], &c[i]), HAL_OK);
     for (int i = 1; i < 4; i++)
-        T_EXPECT((char *)p[i] == (char *)p[0] + (size_t)i * Q); /* packed, in address order */
+        CTEST_EXPECT((char *)p[i] == (char *)p[0] + (size_t)i * Q); /* packed, in address order */
 
     /* The freed range is the best fit for the same size again. */
     void *again = NULL, *cagain = NULL;
     free_dev(&fx, p[1], c[1]);
-    T_EXPECT_STATUS(alloc_dev(&fx, Q, 0, &again, &cagain), HAL_OK);
-    T_EXPECT(again == p[1]);
+    EXPECT_STATUS(alloc_dev(&fx, Q, 0, &again, &cagain), HAL_OK);
+    CTEST_EXPECT(again == p[1]);
     p[1] = again;
     c[1] = cagain;
 
@@ -134,45 +131,44 @@ CTEST(CpuArena, ReuseAfterFreeAndCoalescing)
     free_dev(&fx, p[2], c[2]);
     free_dev(&fx, p[1], c[1]);
     void *two = NULL, *ctwo = NULL;
-    T_EXPECT_STATUS(alloc_dev(&fx, 2 * Q, 0, &two, &ctwo), HAL_OK);
-    T_EXPECT(two == p[1]);
+    EXPECT_STATUS(alloc_dev(&fx, 2 * Q, 0, &two, &ctwo), HAL_OK);
+    CTEST_EXPECT(two == p[1]);
 
     /* A range freed between two free ranges merges with both. */
     free_dev(&fx, p[0], c[0]);
     uint32_t before = free_ranges(&fx);
     free_dev(&fx, two, ctwo); /* joins p[0]'s range; p[3] still separates it from the tail */
-    T_EXPECT(free_ranges(&fx) == before);
+    CTEST_EXPECT(free_ranges(&fx) == before);
     void *three = NULL, *cthree = NULL;
-    T_EXPECT_STATUS(alloc_dev(&fx, 3 * Q, 0, &three, &cthree), HAL_OK);
-    T_EXPECT(three == p[0]);
+    EXPECT_STATUS(alloc_dev(&fx, 3 * Q, 0, &three, &cthree), HAL_OK);
+    CTEST_EXPECT(three == p[0]);
     free_dev(&fx, p[3], c[3]); /* merges with the tail */
     free_dev(&fx, three, cthree);
-    T_EXPECT(free_ranges(&fx) == 1);
-    T_EXPECT(free_of(&fx) == (UINT64_C(16) << 20));
+    CTEST_EXPECT(free_ranges(&fx) == 1);
+    CTEST_EXPECT(free_of(&fx) == (UINT64_C(16) << 20));
     t_close(&fx);
-    T_RESULT();
+    return CTEST_PASS;
 }
 
 CTEST(CpuArena, CapacityAndFragmentation)
 {
-    int t_failed = 0;
     t_fixture_t fx;
-    T_EXPECT_STATUS(t_open(&fx, "1", "1M", NULL, NULL), HAL_OK);
+    EXPECT_STATUS(t_open(&fx, "1", "1M", NULL, NULL), HAL_OK);
     const uint64_t cap = UINT64_C(1) << 20;
 
     /* The capacity is what is accounted, as without an arena: sizes that are not multiples of
      * 256 still fill it exactly. */
     void *a = NULL, *ca = NULL, *b = NULL, *cb = NULL, *x = NULL, *cx = NULL;
-    T_EXPECT_STATUS(alloc_dev(&fx, 1000, 0, &a, &ca), HAL_OK);
-    T_EXPECT_STATUS(alloc_dev(&fx, cap - 1000, 0, &b, &cb), HAL_OK);
-    T_EXPECT(free_of(&fx) == 0);
+    EXPECT_STATUS(alloc_dev(&fx, 1000, 0, &a, &ca), HAL_OK);
+    EXPECT_STATUS(alloc_dev(&fx, cap - 1000, 0, &b, &cb), HAL_OK);
+    CTEST_EXPECT(free_of(&fx) == 0);
     t_clear_error();
-    T_EXPECT_STATUS(alloc_dev(&fx, 1, 0, &x, &cx), HAL_ERROR_OUT_OF_DEVICE_MEMORY);
-    T_EXPECT_MESSAGE("device 0 capacity exceeded: requested 1 bytes, 0 of 1048576 free");
-    T_EXPECT_MESSAGE("HAL_CPU_DEVICE_MEMORY");
+    EXPECT_STATUS(alloc_dev(&fx, 1, 0, &x, &cx), HAL_ERROR_OUT_OF_DEVICE_MEMORY);
+    EXPECT_MESSAGE("device 0 capacity exceeded: requested 1 bytes, 0 of 1048576 free");
+    EXPECT_MESSAGE("HAL_CPU_DEVICE_MEMORY");
     free_dev(&fx, a, ca);
     free_dev(&fx, b, cb);
-    T_EXPECT(free_of(&fx) == cap);
+    CTEST_EXPECT(free_of(&fx) == cap);
 
     /* One-byte allocations take 256 bytes of arena each: the arena (twice the capacity) runs
      * out long before the capacity does, and says it is fragmented. */
@@ -183,10 +179,10 @@ CTEST(CpuArena, CapacityAndFragmentation)
     t_clear_error();
     while (n < MAX && (st = alloc_dev(&fx, 1, 0, &p[n], &c[n])) == HAL_OK)
         n++;
-    T_EXPECT(st == HAL_ERROR_OUT_OF_DEVICE_MEMORY);
-    T_EXPECT(n == 2 * cap / 256);
-    T_EXPECT_MESSAGE("device 0 memory is too fragmented: no free range holds 1 bytes");
-    T_EXPECT(free_of(&fx) == cap - n);
+    CTEST_EXPECT(st == HAL_ERROR_OUT_OF_DEVICE_MEMORY);
+    CTEST_EXPECT(n == 2 * cap / 256);
+    EXPECT_MESSAGE("device 0 memory is too fragmented: no free range holds 1 bytes");
+    CTEST_EXPECT(free_of(&fx) == cap - n);
 
     /* Every other one freed: plenty of capacity, but no 512-byte range. */
     for (size_t i = 0; i < n; i += 2) {
@@ -194,52 +190,51 @@ CTEST(CpuArena, CapacityAndFragmentation)
         p[i] = NULL;
     }
     t_clear_error();
-    T_EXPECT_STATUS(alloc_dev(&fx, 512, 0, &x, &cx), HAL_ERROR_OUT_OF_DEVICE_MEMORY);
-    T_EXPECT_MESSAGE("no free range holds 512 bytes aligned to 256");
-    T_EXPECT(free_of(&fx) == cap - n / 2); /* the failure charged nothing */
-    T_EXPECT_STATUS(alloc_dev(&fx, 256, 0, &x, &cx), HAL_OK);
+    EXPECT_STATUS(alloc_dev(&fx, 512, 0, &x, &cx), HAL_ERROR_OUT_OF_DEVICE_MEMORY);
+    EXPECT_MESSAGE("no free range holds 512 bytes aligned to 256");
+    CTEST_EXPECT(free_of(&fx) == cap - n / 2); /* the failure charged nothing */
+    EXPECT_STATUS(alloc_dev(&fx, 256, 0, &x, &cx), HAL_OK);
     free_dev(&fx, x, cx);
     for (size_t i = 1; i < n; i += 2)
         free_dev(&fx, p[i], c[i]);
-    T_EXPECT(free_ranges(&fx) == 1);
-    T_EXPECT(free_of(&fx) == cap);
+    CTEST_EXPECT(free_ranges(&fx) == 1);
+    CTEST_EXPECT(free_of(&fx) == cap);
     free(p);
     free(c);
     t_close(&fx);
-    T_RESULT();
+    return CTEST_PASS;
 }
 
 CTEST(CpuArena, FreedPagesAreGivenBack)
 {
-    int t_failed = 0;
     t_fixture_t fx;
-    T_EXPECT_STATUS(t_open(&fx, "1", "256M", NULL, NULL), HAL_OK);
+    EXPECT_STATUS(t_open(&fx, "1", "256M", NULL, NULL), HAL_OK);
     enum { MB = 1 << 20 };
     void *a = NULL, *ca = NULL, *b = NULL, *cb = NULL, *s = NULL, *cs = NULL;
-    T_EXPECT(resident(&fx) == 0); /* nothing is committed up front */
-    T_EXPECT_STATUS(alloc_dev(&fx, 8 * MB, 0, &a, &ca), HAL_OK);
-    T_EXPECT_STATUS(alloc_dev(&fx, 4 * MB, 0, &b, &cb), HAL_OK);
-    T_EXPECT(resident(&fx) == 0); /* pages appear when touched */
+    CTEST_EXPECT(resident(&fx) == 0); /* nothing is committed up front */
+    EXPECT_STATUS(alloc_dev(&fx, 8 * MB, 0, &a, &ca), HAL_OK);
+    EXPECT_STATUS(alloc_dev(&fx, 4 * MB, 0, &b, &cb), HAL_OK);
+    CTEST_EXPECT(resident(&fx) == 0); /* pages appear when touched */
     memset(a, 1, 8 * MB);
     memset(b, 2, 4 * MB);
-    T_EXPECT(resident(&fx) >= 12u * MB);
+    CTEST_EXPECT(resident(&fx) >= 12u * MB);
 
     /* A large block in the middle goes back at once. */
     free_dev(&fx, a, ca);
-    T_EXPECT(resident(&fx) >= 4u * MB && resident(&fx) < 5u * MB);
-    T_EXPECT(((unsigned char *)b)[0] == 2 && ((unsigned char *)b)[4 * MB - 1] == 2);
+    CTEST_EXPECT(resident(&fx) >= 4u * MB && resident(&fx) < 5u * MB);
+    CTEST_EXPECT(((unsigned char *)b)[0] == 2 && ((unsigned char *)b)[4 * MB - 1] == 2);
 
     /* A small block stays resident for reuse, until its free range grows large. */
-    T_EXPECT_STATUS(alloc_dev(&fx, 64 * 1024, 0, &s, &cs), HAL_OK);
+    EXPECT_STATUS(alloc_dev(&fx, 64 * 1024, 0, &s, &cs), HAL_OK);
     memset(s, 3, 64 * 1024);
     uint64_t with_small = resident(&fx);
     free_dev(&fx, b, cb);
-    T_EXPECT(((unsigned char *)s)[0] == 3);
+    CTEST_EXPECT(((unsigned char *)s)[0] == 3);
     free_dev(&fx, s, cs);
-    T_EXPECT(resident(&fx) < with_small);
-    T_EXPECT(resident(&fx) == 0);
+    CTEST_EXPECT(resident(&fx) < with_small);
+    CTEST_EXPECT(resident(&fx) == 0);
     t_close(&fx);
-    T_RESULT();
+    return CTEST_PASS;
 }
 
 /* ---- many threads -------------------------------------------------------------------------- */
@@ -302,10 +297,9 @@ static void *churn_thread(void *arg)
 
 CTEST(CpuArena, ManyThreads)
 {
-    int t_failed = 0;
     t_fixture_t fx;
     /* Small enough that the threads run into the capacity now and then. */
-    T_EXPECT_STATUS(t_open(&fx, "1", "12M", NULL, NULL), HAL_OK);
+    EXPECT_STATUS(t_open(&fx, "1", "12M", NULL, NULL), HAL_OK);
     enum { N = 8 };
     pthread_t th[N];
     churn_t w[N];
@@ -318,44 +312,43 @@ CTEST(CpuArena, ManyThreads)
         pthread_join(th[i], NULL);
         failures += w[i].failures;
     }
-    T_EXPECT(failures == 0);
-    T_EXPECT(free_of(&fx) == (UINT64_C(12) << 20));
-    T_EXPECT(free_ranges(&fx) == 1);
-    T_EXPECT(resident(&fx) == 0); /* the last free gave every page back */
+    CTEST_EXPECT(failures == 0);
+    CTEST_EXPECT(free_of(&fx) == (UINT64_C(12) << 20));
+    CTEST_EXPECT(free_ranges(&fx) == 1);
+    CTEST_EXPECT(resident(&fx) == 0); /* the last free gave every page back */
     t_close(&fx);
-    T_RESULT();
+    return CTEST_PASS;
 }
 
 /* ---- fallback ------------------------------------------------------------------------------ */
 
 CTEST(CpuArena, FallsBackWithoutAnArena)
 {
-    int t_failed = 0;
     t_fixture_t fx;
     /* 100 TiB of capacity needs a 200 TiB arena: more address space than the process has. The
      * device still works, from posix_memalign, but cannot share its memory. */
-    T_EXPECT_STATUS(t_open(&fx, "1", "100T", NULL, NULL), HAL_OK);
-    T_EXPECT(arena_of(&fx, 0) == NULL);
+    EXPECT_STATUS(t_open(&fx, "1", "100T", NULL, NULL), HAL_OK);
+    CTEST_EXPECT(arena_of(&fx, 0) == NULL);
     hal_device_properties_t props;
     memset(&props, 0, sizeof(props));
     props.struct_size = sizeof(props);
-    T_EXPECT_STATUS(fx.ops->device_get_properties(fx.dev[0], &props), HAL_OK);
-    T_EXPECT((props.capabilities & HAL_DEVICE_CAP_IPC) == 0);
-    T_EXPECT((props.capabilities & HAL_DEVICE_CAP_SHARED_MEMORY) != 0);
+    EXPECT_STATUS(fx.ops->device_get_properties(fx.dev[0], &props), HAL_OK);
+    CTEST_EXPECT((props.capabilities & HAL_DEVICE_CAP_IPC) == 0);
+    CTEST_EXPECT((props.capabilities & HAL_DEVICE_CAP_SHARED_MEMORY) != 0);
     void *p = NULL, *c = NULL;
-    T_EXPECT_STATUS(alloc_dev(&fx, 12345, 4096, &p, &c), HAL_OK);
-    T_EXPECT(p != NULL && (uintptr_t)p % 4096 == 0);
-    T_EXPECT(free_of(&fx) == (UINT64_C(100) << 40) - 12345);
+    EXPECT_STATUS(alloc_dev(&fx, 12345, 4096, &p, &c), HAL_OK);
+    CTEST_EXPECT(p != NULL && (uintptr_t)p % 4096 == 0);
+    CTEST_EXPECT(free_of(&fx) == (UINT64_C(100) << 40) - 12345);
     if (p != NULL) {
         memset(p, 0x11, 12345);
         hal_backend_ptr_t bp = t_alloc_ptr(p, c, 12345, 0, HAL_MEM_KIND_DEVICE);
         hal_ipc_handle_t h;
         t_clear_error();
-        T_EXPECT_STATUS(fx.ops->mem_ipc_export(fx.dev[0], &bp, &h), HAL_ERROR_UNSUPPORTED);
-        T_EXPECT_MESSAGE("no shareable memory arena");
+        EXPECT_STATUS(fx.ops->mem_ipc_export(fx.dev[0], &bp, &h), HAL_ERROR_UNSUPPORTED);
+        EXPECT_MESSAGE("no shareable memory arena");
         free_dev(&fx, p, c);
     }
-    T_EXPECT(free_of(&fx) == (UINT64_C(100) << 40));
+    CTEST_EXPECT(free_of(&fx) == (UINT64_C(100) << 40));
     t_close(&fx);
-    T_RESULT();
+    return CTEST_PASS;
 }

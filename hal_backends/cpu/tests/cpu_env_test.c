@@ -7,49 +7,46 @@
 
 CTEST(CpuEntry, VersionCheck)
 {
-    int t_failed = 0;
     const hal_backend_ops_t *ops = NULL;
-    T_EXPECT_STATUS(hal_backend_get_ops(HAL_MAKE_VERSION(2, 0), &ops), HAL_ERROR_VERSION_MISMATCH);
-    T_EXPECT_STATUS(hal_backend_get_ops(HAL_MAKE_VERSION(0, 9), &ops), HAL_ERROR_VERSION_MISMATCH);
-    T_EXPECT(ops == NULL);
+    EXPECT_STATUS(hal_backend_get_ops(HAL_MAKE_VERSION(2, 0), &ops), HAL_ERROR_VERSION_MISMATCH);
+    EXPECT_STATUS(hal_backend_get_ops(HAL_MAKE_VERSION(0, 9), &ops), HAL_ERROR_VERSION_MISMATCH);
+    CTEST_EXPECT(ops == NULL);
     /* Another minor version of the same major is served. */
-    T_EXPECT_STATUS(hal_backend_get_ops(HAL_MAKE_VERSION(HAL_API_VERSION_MAJOR, 7), &ops), HAL_OK);
-    T_EXPECT_STATUS(hal_backend_get_ops(HAL_API_VERSION, &ops), HAL_OK);
-    T_EXPECT(ops != NULL);
+    EXPECT_STATUS(hal_backend_get_ops(HAL_MAKE_VERSION(HAL_API_VERSION_MAJOR, 7), &ops), HAL_OK);
+    EXPECT_STATUS(hal_backend_get_ops(HAL_API_VERSION, &ops), HAL_OK);
+    CTEST_EXPECT(ops != NULL);
     if (ops != NULL) {
-        T_EXPECT(ops->struct_size == sizeof(hal_backend_ops_t));
-        T_EXPECT(ops->api_version == HAL_API_VERSION);
-        T_EXPECT(strcmp(ops->name, "cpu") == 0);
-        T_EXPECT(strcmp(ops->device_type_name, "hal") == 0);
-        T_EXPECT(ops->init != NULL && ops->event_get_native_handle != NULL);
+        CTEST_EXPECT(ops->struct_size == sizeof(hal_backend_ops_t));
+        CTEST_EXPECT(ops->api_version == HAL_API_VERSION);
+        CTEST_EXPECT(strcmp(ops->name, "cpu") == 0);
+        CTEST_EXPECT(strcmp(ops->device_type_name, "hal") == 0);
+        CTEST_EXPECT(ops->init != NULL && ops->event_get_native_handle != NULL);
     }
-    T_RESULT();
+    return CTEST_PASS;
 }
 
 CTEST(CpuEnv, ParseUint)
 {
-    int t_failed = 0;
     uint64_t v = 0;
-    T_EXPECT_STATUS(cpu_parse_uint("0", 0, 10, &v), HAL_OK);
-    T_EXPECT(v == 0);
-    T_EXPECT_STATUS(cpu_parse_uint("64", 1, 64, &v), HAL_OK);
-    T_EXPECT(v == 64);
-    T_EXPECT_STATUS(cpu_parse_uint("18446744073709551615", 0, UINT64_MAX, &v), HAL_OK);
-    T_EXPECT(v == UINT64_MAX);
+    EXPECT_STATUS(cpu_parse_uint("0", 0, 10, &v), HAL_OK);
+    CTEST_EXPECT(v == 0);
+    EXPECT_STATUS(cpu_parse_uint("64", 1, 64, &v), HAL_OK);
+    CTEST_EXPECT(v == 64);
+    EXPECT_STATUS(cpu_parse_uint("18446744073709551615", 0, UINT64_MAX, &v), HAL_OK);
+    CTEST_EXPECT(v == UINT64_MAX);
     static const char *const bad[] = { "",   "65",   "-1",  "+1",  " 1",
                                        "1 ", "0x10", "1e3", "abc", "18446744073709551616" };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         v = 12345;
-        T_EXPECT_STATUS(cpu_parse_uint(bad[i], 1, 64, &v), HAL_ERROR_INVALID_ARGUMENT);
-        T_EXPECT(v == 12345);
+        EXPECT_STATUS(cpu_parse_uint(bad[i], 1, 64, &v), HAL_ERROR_INVALID_ARGUMENT);
+        CTEST_EXPECT(v == 12345);
     }
-    T_EXPECT_STATUS(cpu_parse_uint("0", 1, 64, &v), HAL_ERROR_INVALID_ARGUMENT);
-    T_RESULT();
+    EXPECT_STATUS(cpu_parse_uint("0", 1, 64, &v), HAL_ERROR_INVALID_ARGUMENT);
+    return CTEST_PASS;
 }
 
 CTEST(CpuEnv, ParseSize)
 {
-    int t_failed = 0;
     static const struct {
         const char *text;
         uint64_t value;
@@ -67,11 +64,11 @@ CTEST(CpuEnv, ParseSize)
     };
     for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
         uint64_t v = 0;
-        T_EXPECT_STATUS(cpu_parse_size(good[i].text, &v), HAL_OK);
+        EXPECT_STATUS(cpu_parse_size(good[i].text, &v), HAL_OK);
         if (v != good[i].value) {
             fprintf(stderr, "cpu_parse_size(\"%s\") = %llu, expected %llu\n", good[i].text,
                     (unsigned long long)v, (unsigned long long)good[i].value);
-            t_failed = 1;
+            ctest_record_failure();
         }
     }
     static const char *const bad[] = {
@@ -83,59 +80,56 @@ CTEST(CpuEnv, ParseSize)
         hal_status_t st = cpu_parse_size(bad[i], &v);
         if (st != HAL_ERROR_INVALID_ARGUMENT || v != 7) {
             fprintf(stderr, "cpu_parse_size(\"%s\") accepted a bad value\n", bad[i]);
-            t_failed = 1;
+            ctest_record_failure();
         }
     }
-    T_RESULT();
+    return CTEST_PASS;
 }
 
 CTEST(CpuEnv, Defaults)
 {
-    int t_failed = 0;
     t_fixture_t fx;
-    T_EXPECT_STATUS(t_open_exact(&fx, NULL, NULL, NULL, NULL), HAL_OK);
+    EXPECT_STATUS(t_open_exact(&fx, NULL, NULL, NULL, NULL), HAL_OK);
     cpu_backend_t *be = fx.backend;
     if (be != NULL) {
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-        T_EXPECT(fx.count == 2);
-        T_EXPECT(be->config.capacity == (UINT64_C(16) << 30));
-        T_EXPECT(be->config.concurrency == (uint32_t)(cpus > 2 ? cpus : 2));
-        T_EXPECT(be->config.spin_us == 20);
+        CTEST_EXPECT(fx.count == 2);
+        CTEST_EXPECT(be->config.capacity == (UINT64_C(16) << 30));
+        CTEST_EXPECT(be->config.concurrency == (uint32_t)(cpus > 2 ? cpus : 2));
+        CTEST_EXPECT(be->config.spin_us == 20);
     }
     t_close(&fx);
 
     /* Empty means unset. */
-    T_EXPECT_STATUS(t_open_exact(&fx, "", "", "", ""), HAL_OK);
-    T_EXPECT(fx.count == 2);
+    EXPECT_STATUS(t_open_exact(&fx, "", "", "", ""), HAL_OK);
+    CTEST_EXPECT(fx.count == 2);
     t_close(&fx);
-    T_RESULT();
+    return CTEST_PASS;
 }
 
 CTEST(CpuEnv, GoodValues)
 {
-    int t_failed = 0;
     t_fixture_t fx;
-    T_EXPECT_STATUS(t_open(&fx, "3", "1M", "1", "0"), HAL_OK);
+    EXPECT_STATUS(t_open(&fx, "3", "1M", "1", "0"), HAL_OK);
     cpu_backend_t *be = fx.backend;
     if (be != NULL) {
-        T_EXPECT(fx.count == 3);
-        T_EXPECT(be->config.capacity == (UINT64_C(1) << 20));
-        T_EXPECT(be->config.concurrency == 1);
-        T_EXPECT(be->config.spin_us == 0);
+        CTEST_EXPECT(fx.count == 3);
+        CTEST_EXPECT(be->config.capacity == (UINT64_C(1) << 20));
+        CTEST_EXPECT(be->config.concurrency == 1);
+        CTEST_EXPECT(be->config.spin_us == 0);
         uint64_t free_bytes = 0;
-        T_EXPECT_STATUS(fx.ops->device_get_free_memory(fx.dev[2], &free_bytes), HAL_OK);
-        T_EXPECT(free_bytes == (UINT64_C(1) << 20));
+        EXPECT_STATUS(fx.ops->device_get_free_memory(fx.dev[2], &free_bytes), HAL_OK);
+        CTEST_EXPECT(free_bytes == (UINT64_C(1) << 20));
     }
     t_close(&fx);
-    T_EXPECT_STATUS(t_open(&fx, "64", "5000", "4096", "1000000"), HAL_OK);
-    T_EXPECT(fx.count == 64);
+    EXPECT_STATUS(t_open(&fx, "64", "5000", "4096", "1000000"), HAL_OK);
+    CTEST_EXPECT(fx.count == 64);
     t_close(&fx);
-    T_RESULT();
+    return CTEST_PASS;
 }
 
 CTEST(CpuEnv, BadValuesFailInit)
 {
-    int t_failed = 0;
     static const struct {
         const char *devices, *memory, *concurrency, *spin, *name;
     } cases[] = {
@@ -155,65 +149,65 @@ CTEST(CpuEnv, BadValuesFailInit)
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         t_fixture_t fx;
         t_clear_error();
-        T_EXPECT_STATUS(
+        EXPECT_STATUS(
             t_open(&fx, cases[i].devices, cases[i].memory, cases[i].concurrency, cases[i].spin),
             HAL_ERROR_INVALID_ARGUMENT);
-        T_EXPECT(fx.backend == NULL);
-        T_EXPECT_MESSAGE(cases[i].name);
+        CTEST_EXPECT(fx.backend == NULL);
+        EXPECT_MESSAGE(cases[i].name);
         t_close(&fx);
     }
-    T_RESULT();
+    return CTEST_PASS;
 }
 
 CTEST(CpuDevice, Properties)
 {
-    int t_failed = 0;
     t_fixture_t fx;
-    T_EXPECT_STATUS(t_open(&fx, "2", "3G", NULL, NULL), HAL_OK);
+    EXPECT_STATUS(t_open(&fx, "2", "3G", NULL, NULL), HAL_OK);
     for (uint32_t i = 0; i < fx.count; i++) {
         hal_device_properties_t props;
         memset(&props, 0xab, sizeof(props));
         props.struct_size = sizeof(props);
         props.next = NULL;
-        T_EXPECT_STATUS(fx.ops->device_get_properties(fx.dev[i], &props), HAL_OK);
+        EXPECT_STATUS(fx.ops->device_get_properties(fx.dev[i], &props), HAL_OK);
         char name[64];
         snprintf(name, sizeof(name), "cpu virtual device %u", i);
-        T_EXPECT(strcmp(props.name, name) == 0);
-        T_EXPECT(strcmp(props.vendor, "torch-hal") == 0);
-        T_EXPECT(props.index == i);
-        T_EXPECT(props.host_addressable == 1);
-        T_EXPECT(props.total_memory == (UINT64_C(3) << 30));
+        CTEST_EXPECT(strcmp(props.name, name) == 0);
+        CTEST_EXPECT(strcmp(props.vendor, "torch-hal") == 0);
+        CTEST_EXPECT(props.index == i);
+        CTEST_EXPECT(props.host_addressable == 1);
+        CTEST_EXPECT(props.total_memory == (UINT64_C(3) << 30));
         /* IPC comes with the device's memfd arena, which every supported kernel offers. */
-        T_EXPECT(props.capabilities ==
-                 (HAL_DEVICE_CAP_SHARED_MEMORY | HAL_DEVICE_CAP_TIMING_EVENTS |
-                  HAL_DEVICE_CAP_HOST_CALLBACKS | HAL_DEVICE_CAP_PEER_COPY | HAL_DEVICE_CAP_IPC));
-        T_EXPECT(props.stream_priority_least == 0);
-        T_EXPECT(props.stream_priority_greatest == -2);
-        T_EXPECT(props.alignment == 256);
+        CTEST_EXPECT(props.capabilities ==
+                     (HAL_DEVICE_CAP_SHARED_MEMORY | HAL_DEVICE_CAP_TIMING_EVENTS |
+                      HAL_DEVICE_CAP_HOST_CALLBACKS | HAL_DEVICE_CAP_PEER_COPY |
+                      HAL_DEVICE_CAP_IPC));
+        CTEST_EXPECT(props.stream_priority_least == 0);
+        CTEST_EXPECT(props.stream_priority_greatest == -2);
+        CTEST_EXPECT(props.alignment == 256);
         uintptr_t native = 99;
-        T_EXPECT_STATUS(fx.ops->device_get_native_handle(fx.dev[i], &native), HAL_OK);
-        T_EXPECT(native == i);
+        EXPECT_STATUS(fx.ops->device_get_native_handle(fx.dev[i], &native), HAL_OK);
+        CTEST_EXPECT(native == i);
     }
-    T_EXPECT(fx.ops->device_open(fx.backend, 2, &(void *){ NULL }) == HAL_ERROR_INVALID_ARGUMENT);
+    CTEST_EXPECT(fx.ops->device_open(fx.backend, 2, &(void *){ NULL }) ==
+                 HAL_ERROR_INVALID_ARGUMENT);
     t_close(&fx);
-    T_RESULT();
+    return CTEST_PASS;
 }
 
 CTEST(CpuDevice, PropertiesRespectStructSize)
 {
-    int t_failed = 0;
     t_fixture_t fx;
-    T_EXPECT_STATUS(t_open(&fx, "1", NULL, NULL, NULL), HAL_OK);
+    EXPECT_STATUS(t_open(&fx, "1", NULL, NULL, NULL), HAL_OK);
     hal_device_properties_t props;
     memset(&props, 0xab, sizeof(props));
     props.struct_size = offsetof(hal_device_properties_t, total_memory);
-    T_EXPECT_STATUS(fx.ops->device_get_properties(fx.dev[0], &props), HAL_OK);
-    T_EXPECT(props.host_addressable == 1);
+    EXPECT_STATUS(fx.ops->device_get_properties(fx.dev[0], &props), HAL_OK);
+    CTEST_EXPECT(props.host_addressable == 1);
     unsigned char *tail = (unsigned char *)&props + props.struct_size;
     size_t untouched = 0;
     for (size_t i = 0; i < sizeof(props) - props.struct_size; i++)
         untouched += tail[i] == 0xab;
-    T_EXPECT(untouched == sizeof(props) - props.struct_size);
+    CTEST_EXPECT(untouched == sizeof(props) - props.struct_size);
     t_close(&fx);
-    T_RESULT();
+    return CTEST_PASS;
 }

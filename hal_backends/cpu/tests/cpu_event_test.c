@@ -22,118 +22,115 @@ static bool flag_is_set(void *arg)
 
 CTEST(CpuEvent, NeverRecordedIsComplete)
 {
-    int t_failed = 0;
     t_fixture_t fx;
-    T_EXPECT_STATUS(t_open(&fx, "1", NULL, NULL, NULL), HAL_OK);
+    EXPECT_STATUS(t_open(&fx, "1", NULL, NULL, NULL), HAL_OK);
     void *s = NULL, *ev = NULL, *tev = NULL;
-    T_EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &s), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->event_create(fx.dev[0], HAL_EVENT_FLAG_NONE, &ev), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->event_create(fx.dev[0], HAL_EVENT_FLAG_TIMING, &tev), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->event_query(ev), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->event_synchronize(ev), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_wait_event(s, ev), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_query(s), HAL_OK); /* nothing was queued */
+    EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &s), HAL_OK);
+    EXPECT_STATUS(fx.ops->event_create(fx.dev[0], HAL_EVENT_FLAG_NONE, &ev), HAL_OK);
+    EXPECT_STATUS(fx.ops->event_create(fx.dev[0], HAL_EVENT_FLAG_TIMING, &tev), HAL_OK);
+    EXPECT_STATUS(fx.ops->event_query(ev), HAL_OK);
+    EXPECT_STATUS(fx.ops->event_synchronize(ev), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_wait_event(s, ev), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_query(s), HAL_OK); /* nothing was queued */
     float ms = 0;
     t_clear_error();
-    T_EXPECT_STATUS(fx.ops->event_elapsed_ms(tev, tev, &ms), HAL_ERROR_INVALID_ARGUMENT);
-    T_EXPECT_MESSAGE("never recorded");
+    EXPECT_STATUS(fx.ops->event_elapsed_ms(tev, tev, &ms), HAL_ERROR_INVALID_ARGUMENT);
+    EXPECT_MESSAGE("never recorded");
     uintptr_t native = 0;
-    T_EXPECT_STATUS(fx.ops->event_get_native_handle(ev, &native), HAL_OK);
-    T_EXPECT(native != 0);
+    EXPECT_STATUS(fx.ops->event_get_native_handle(ev, &native), HAL_OK);
+    CTEST_EXPECT(native != 0);
     fx.ops->event_destroy(ev);
     fx.ops->event_destroy(tev);
-    T_EXPECT_STATUS(fx.ops->stream_destroy(s), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_destroy(s), HAL_OK);
     t_close(&fx);
-    T_RESULT();
+    return CTEST_PASS;
 }
 
 /* A wait binds to the version current at the wait call, not to later re-records. */
 CTEST(CpuEvent, WaitBindsToVersionAtCallTime)
 {
-    int t_failed = 0;
     t_fixture_t fx;
-    T_EXPECT_STATUS(t_open(&fx, "1", NULL, NULL, NULL), HAL_OK);
+    EXPECT_STATUS(t_open(&fx, "1", NULL, NULL, NULL), HAL_OK);
     void *a = NULL, *b = NULL, *c = NULL, *ev = NULL;
-    T_EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &a), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &b), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &c), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->event_create(fx.dev[0], 0, &ev), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &a), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &b), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &c), HAL_OK);
+    EXPECT_STATUS(fx.ops->event_create(fx.dev[0], 0, &ev), HAL_OK);
 
     /* Version 1 completes. */
-    T_EXPECT_STATUS(fx.ops->event_record(ev, a), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->event_synchronize(ev), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->event_query(ev), HAL_OK);
+    EXPECT_STATUS(fx.ops->event_record(ev, a), HAL_OK);
+    EXPECT_STATUS(fx.ops->event_synchronize(ev), HAL_OK);
+    EXPECT_STATUS(fx.ops->event_query(ev), HAL_OK);
 
     /* b waits for version 1 (complete); then version 2 is recorded behind a gate. */
     th_gate_t gate;
     th_gate_init(&gate);
     flag_t b_ran = { 0 }, c_ran = { 0 };
-    T_EXPECT_STATUS(fx.ops->stream_wait_event(b, ev), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_add_callback(a, th_gate_cb, &gate), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->event_record(ev, a), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->event_query(ev), HAL_NOT_READY);
-    T_EXPECT_STATUS(fx.ops->stream_add_callback(b, flag_cb, &b_ran), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_wait_event(b, ev), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_add_callback(a, th_gate_cb, &gate), HAL_OK);
+    EXPECT_STATUS(fx.ops->event_record(ev, a), HAL_OK);
+    EXPECT_STATUS(fx.ops->event_query(ev), HAL_NOT_READY);
+    EXPECT_STATUS(fx.ops->stream_add_callback(b, flag_cb, &b_ran), HAL_OK);
     /* c waits for version 2. */
-    T_EXPECT_STATUS(fx.ops->stream_wait_event(c, ev), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_add_callback(c, flag_cb, &c_ran), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_wait_event(c, ev), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_add_callback(c, flag_cb, &c_ran), HAL_OK);
 
-    T_EXPECT(th_wait_until(flag_is_set, &b_ran, 10000));
+    CTEST_EXPECT(th_wait_until(flag_is_set, &b_ran, 10000));
     th_sleep_ms(20);
-    T_EXPECT(!flag_is_set(&c_ran));
-    T_EXPECT_STATUS(fx.ops->stream_query(c), HAL_NOT_READY);
-    T_EXPECT_STATUS(fx.ops->event_query(ev), HAL_NOT_READY);
+    CTEST_EXPECT(!flag_is_set(&c_ran));
+    EXPECT_STATUS(fx.ops->stream_query(c), HAL_NOT_READY);
+    EXPECT_STATUS(fx.ops->event_query(ev), HAL_NOT_READY);
     th_gate_open(&gate);
-    T_EXPECT_STATUS(fx.ops->stream_synchronize(c), HAL_OK);
-    T_EXPECT(flag_is_set(&c_ran));
-    T_EXPECT_STATUS(fx.ops->event_query(ev), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_synchronize(c), HAL_OK);
+    CTEST_EXPECT(flag_is_set(&c_ran));
+    EXPECT_STATUS(fx.ops->event_query(ev), HAL_OK);
 
     fx.ops->event_destroy(ev);
-    T_EXPECT_STATUS(fx.ops->stream_destroy(a), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_destroy(b), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_destroy(c), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_destroy(a), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_destroy(b), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_destroy(c), HAL_OK);
     th_gate_destroy(&gate);
     t_close(&fx);
-    T_RESULT();
+    return CTEST_PASS;
 }
 
 /* Version 1 on a blocked stream, version 2 on a free one: once 2 completes the event is
  * complete, and a wait for version 1 is satisfied too. */
 CTEST(CpuEvent, OutOfOrderCompletion)
 {
-    int t_failed = 0;
     t_fixture_t fx;
-    T_EXPECT_STATUS(t_open(&fx, "1", NULL, NULL, NULL), HAL_OK);
+    EXPECT_STATUS(t_open(&fx, "1", NULL, NULL, NULL), HAL_OK);
     void *slow = NULL, *fast = NULL, *waiter = NULL, *ev = NULL;
-    T_EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &slow), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &fast), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &waiter), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->event_create(fx.dev[0], 0, &ev), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &slow), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &fast), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &waiter), HAL_OK);
+    EXPECT_STATUS(fx.ops->event_create(fx.dev[0], 0, &ev), HAL_OK);
     th_gate_t gate;
     th_gate_init(&gate);
     flag_t ran = { 0 };
-    T_EXPECT_STATUS(fx.ops->stream_add_callback(slow, th_gate_cb, &gate), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->event_record(ev, slow), HAL_OK); /* version 1 */
-    T_EXPECT_STATUS(fx.ops->stream_wait_event(waiter, ev), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_add_callback(waiter, flag_cb, &ran), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->event_query(ev), HAL_NOT_READY);
-    T_EXPECT_STATUS(fx.ops->event_record(ev, fast), HAL_OK); /* version 2 */
-    T_EXPECT_STATUS(fx.ops->event_synchronize(ev), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->event_query(ev), HAL_OK);
-    T_EXPECT(th_wait_until(flag_is_set, &ran, 10000));
-    T_EXPECT_STATUS(fx.ops->stream_query(slow), HAL_NOT_READY);
+    EXPECT_STATUS(fx.ops->stream_add_callback(slow, th_gate_cb, &gate), HAL_OK);
+    EXPECT_STATUS(fx.ops->event_record(ev, slow), HAL_OK); /* version 1 */
+    EXPECT_STATUS(fx.ops->stream_wait_event(waiter, ev), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_add_callback(waiter, flag_cb, &ran), HAL_OK);
+    EXPECT_STATUS(fx.ops->event_query(ev), HAL_NOT_READY);
+    EXPECT_STATUS(fx.ops->event_record(ev, fast), HAL_OK); /* version 2 */
+    EXPECT_STATUS(fx.ops->event_synchronize(ev), HAL_OK);
+    EXPECT_STATUS(fx.ops->event_query(ev), HAL_OK);
+    CTEST_EXPECT(th_wait_until(flag_is_set, &ran, 10000));
+    EXPECT_STATUS(fx.ops->stream_query(slow), HAL_NOT_READY);
     th_gate_open(&gate);
-    T_EXPECT_STATUS(fx.ops->stream_synchronize(slow), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_synchronize(slow), HAL_OK);
     /* The late version 1 does not move the event backwards. */
-    T_EXPECT_STATUS(fx.ops->event_query(ev), HAL_OK);
+    EXPECT_STATUS(fx.ops->event_query(ev), HAL_OK);
     hq_event_t *raw = ev;
-    T_EXPECT(atomic_load(&raw->completed) == 2);
+    CTEST_EXPECT(atomic_load(&raw->completed) == 2);
     fx.ops->event_destroy(ev);
-    T_EXPECT_STATUS(fx.ops->stream_destroy(slow), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_destroy(fast), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_destroy(waiter), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_destroy(slow), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_destroy(fast), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_destroy(waiter), HAL_OK);
     th_gate_destroy(&gate);
     t_close(&fx);
-    T_RESULT();
+    return CTEST_PASS;
 }
 
 static void sleep_cb(hal_status_t status, void *arg)
@@ -143,92 +140,90 @@ static void sleep_cb(hal_status_t status, void *arg)
 
 CTEST(CpuEvent, Timing)
 {
-    int t_failed = 0;
     t_fixture_t fx;
-    T_EXPECT_STATUS(t_open(&fx, "2", NULL, NULL, NULL), HAL_OK);
+    EXPECT_STATUS(t_open(&fx, "2", NULL, NULL, NULL), HAL_OK);
     void *s = NULL, *start = NULL, *end = NULL, *plain = NULL;
-    T_EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &s), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->event_create(fx.dev[0], HAL_EVENT_FLAG_TIMING, &start), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->event_create(fx.dev[0], HAL_EVENT_FLAG_TIMING, &end), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->event_create(fx.dev[0], HAL_EVENT_FLAG_NONE, &plain), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &s), HAL_OK);
+    EXPECT_STATUS(fx.ops->event_create(fx.dev[0], HAL_EVENT_FLAG_TIMING, &start), HAL_OK);
+    EXPECT_STATUS(fx.ops->event_create(fx.dev[0], HAL_EVENT_FLAG_TIMING, &end), HAL_OK);
+    EXPECT_STATUS(fx.ops->event_create(fx.dev[0], HAL_EVENT_FLAG_NONE, &plain), HAL_OK);
     int sleep_ms = 25;
     uint64_t host_before = hq_now_ns();
-    T_EXPECT_STATUS(fx.ops->event_record(start, s), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_add_callback(s, sleep_cb, &sleep_ms), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->event_record(end, s), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->event_record(plain, s), HAL_OK);
+    EXPECT_STATUS(fx.ops->event_record(start, s), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_add_callback(s, sleep_cb, &sleep_ms), HAL_OK);
+    EXPECT_STATUS(fx.ops->event_record(end, s), HAL_OK);
+    EXPECT_STATUS(fx.ops->event_record(plain, s), HAL_OK);
     float ms = -1;
-    T_EXPECT_STATUS(fx.ops->event_synchronize(start), HAL_OK);
+    EXPECT_STATUS(fx.ops->event_synchronize(start), HAL_OK);
     t_clear_error();
-    T_EXPECT_STATUS(fx.ops->event_elapsed_ms(start, end, &ms), HAL_NOT_READY);
-    T_EXPECT_MESSAGE("end event has not completed");
-    T_EXPECT_STATUS(fx.ops->event_synchronize(end), HAL_OK);
+    EXPECT_STATUS(fx.ops->event_elapsed_ms(start, end, &ms), HAL_NOT_READY);
+    EXPECT_MESSAGE("end event has not completed");
+    EXPECT_STATUS(fx.ops->event_synchronize(end), HAL_OK);
     double host_span_ms = (double)(hq_now_ns() - host_before) / 1e6;
-    T_EXPECT_STATUS(fx.ops->event_elapsed_ms(start, end, &ms), HAL_OK);
+    EXPECT_STATUS(fx.ops->event_elapsed_ms(start, end, &ms), HAL_OK);
     /* At least the sleep; at most the host's span around both events (+1 ms of resolution). */
-    T_EXPECT(ms >= 24.0f && ms <= host_span_ms + 1.0);
+    CTEST_EXPECT(ms >= 24.0f && ms <= host_span_ms + 1.0);
     float back = 0;
-    T_EXPECT_STATUS(fx.ops->event_elapsed_ms(end, start, &back), HAL_OK);
-    T_EXPECT(back == -ms);
-    T_EXPECT_STATUS(fx.ops->event_synchronize(plain), HAL_OK);
+    EXPECT_STATUS(fx.ops->event_elapsed_ms(end, start, &back), HAL_OK);
+    CTEST_EXPECT(back == -ms);
+    EXPECT_STATUS(fx.ops->event_synchronize(plain), HAL_OK);
     t_clear_error();
-    T_EXPECT_STATUS(fx.ops->event_elapsed_ms(start, plain, &ms), HAL_ERROR_INVALID_ARGUMENT);
-    T_EXPECT_MESSAGE("HAL_EVENT_FLAG_TIMING");
-    T_EXPECT_STATUS(fx.ops->event_elapsed_ms(plain, end, &ms), HAL_ERROR_INVALID_ARGUMENT);
+    EXPECT_STATUS(fx.ops->event_elapsed_ms(start, plain, &ms), HAL_ERROR_INVALID_ARGUMENT);
+    EXPECT_MESSAGE("HAL_EVENT_FLAG_TIMING");
+    EXPECT_STATUS(fx.ops->event_elapsed_ms(plain, end, &ms), HAL_ERROR_INVALID_ARGUMENT);
 
     /* Re-recording times the newest version; invalid arguments win over "not ready". */
     th_gate_t gate;
     th_gate_init(&gate);
-    T_EXPECT_STATUS(fx.ops->stream_add_callback(s, th_gate_cb, &gate), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->event_record(end, s), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->event_elapsed_ms(start, end, &ms), HAL_NOT_READY);
-    T_EXPECT_STATUS(fx.ops->event_elapsed_ms(plain, end, &ms), HAL_ERROR_INVALID_ARGUMENT);
+    EXPECT_STATUS(fx.ops->stream_add_callback(s, th_gate_cb, &gate), HAL_OK);
+    EXPECT_STATUS(fx.ops->event_record(end, s), HAL_OK);
+    EXPECT_STATUS(fx.ops->event_elapsed_ms(start, end, &ms), HAL_NOT_READY);
+    EXPECT_STATUS(fx.ops->event_elapsed_ms(plain, end, &ms), HAL_ERROR_INVALID_ARGUMENT);
     th_gate_open(&gate);
-    T_EXPECT_STATUS(fx.ops->stream_synchronize(s), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_synchronize(s), HAL_OK);
     float later = 0;
-    T_EXPECT_STATUS(fx.ops->event_elapsed_ms(start, end, &later), HAL_OK);
-    T_EXPECT(later >= back * -1.0f);
+    EXPECT_STATUS(fx.ops->event_elapsed_ms(start, end, &later), HAL_OK);
+    CTEST_EXPECT(later >= back * -1.0f);
 
     fx.ops->event_destroy(start);
     fx.ops->event_destroy(end);
     fx.ops->event_destroy(plain);
-    T_EXPECT_STATUS(fx.ops->stream_destroy(s), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_destroy(s), HAL_OK);
     th_gate_destroy(&gate);
     t_close(&fx);
-    T_RESULT();
+    return CTEST_PASS;
 }
 
 /* Destroying an event with records and waits of it still queued is safe; the queued work
  * behaves as if the event were alive. */
 CTEST(CpuEvent, DestroyWithPendingRecordsAndWaits)
 {
-    int t_failed = 0;
     t_fixture_t fx;
-    T_EXPECT_STATUS(t_open(&fx, "1", NULL, NULL, NULL), HAL_OK);
+    EXPECT_STATUS(t_open(&fx, "1", NULL, NULL, NULL), HAL_OK);
     void *a = NULL, *b = NULL, *ev = NULL;
-    T_EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &a), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &b), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->event_create(fx.dev[0], HAL_EVENT_FLAG_TIMING, &ev), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &a), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &b), HAL_OK);
+    EXPECT_STATUS(fx.ops->event_create(fx.dev[0], HAL_EVENT_FLAG_TIMING, &ev), HAL_OK);
     th_gate_t gate;
     th_gate_init(&gate);
     flag_t ran = { 0 };
-    T_EXPECT_STATUS(fx.ops->stream_add_callback(a, th_gate_cb, &gate), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->event_record(ev, a), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_wait_event(b, ev), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->event_record(ev, a), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_wait_event(b, ev), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_add_callback(b, flag_cb, &ran), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_add_callback(a, th_gate_cb, &gate), HAL_OK);
+    EXPECT_STATUS(fx.ops->event_record(ev, a), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_wait_event(b, ev), HAL_OK);
+    EXPECT_STATUS(fx.ops->event_record(ev, a), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_wait_event(b, ev), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_add_callback(b, flag_cb, &ran), HAL_OK);
     fx.ops->event_destroy(ev);
     th_sleep_ms(10);
-    T_EXPECT(!flag_is_set(&ran));
+    CTEST_EXPECT(!flag_is_set(&ran));
     th_gate_open(&gate);
-    T_EXPECT_STATUS(fx.ops->stream_synchronize(b), HAL_OK);
-    T_EXPECT(flag_is_set(&ran));
-    T_EXPECT_STATUS(fx.ops->stream_destroy(a), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_destroy(b), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_synchronize(b), HAL_OK);
+    CTEST_EXPECT(flag_is_set(&ran));
+    EXPECT_STATUS(fx.ops->stream_destroy(a), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_destroy(b), HAL_OK);
     th_gate_destroy(&gate);
     t_close(&fx);
-    T_RESULT();
+    return CTEST_PASS;
 }
 
 typedef struct event_sync_call {
@@ -248,13 +243,12 @@ static void *event_sync_thread(void *arg)
 /* An event of device 1 orders a stream of device 0; event_synchronize blocks meanwhile. */
 CTEST(CpuEvent, CrossDeviceWaitAndSynchronize)
 {
-    int t_failed = 0;
     t_fixture_t fx;
-    T_EXPECT_STATUS(t_open(&fx, "2", NULL, NULL, NULL), HAL_OK);
+    EXPECT_STATUS(t_open(&fx, "2", NULL, NULL, NULL), HAL_OK);
     void *s0 = NULL, *s1 = NULL, *ev1 = NULL;
-    T_EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &s0), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_create(fx.dev[1], 0, &s1), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->event_create(fx.dev[1], 0, &ev1), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &s0), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_create(fx.dev[1], 0, &s1), HAL_OK);
+    EXPECT_STATUS(fx.ops->event_create(fx.dev[1], 0, &ev1), HAL_OK);
     th_gate_t gate;
     th_gate_init(&gate);
     flag_t ran = { 0 };
@@ -264,30 +258,30 @@ CTEST(CpuEvent, CrossDeviceWaitAndSynchronize)
     hal_backend_ptr_t ps = t_ptr(src, HAL_MEM_KIND_UNREGISTERED);
     hal_backend_ptr_t pd = t_ptr(dst, HAL_MEM_KIND_UNREGISTERED);
     /* s1: gate, then fill src; s0 waits for that before copying src out. */
-    T_EXPECT_STATUS(fx.ops->stream_add_callback(s1, th_gate_cb, &gate), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->memset_async(s1, &ps, 0x42, sizeof(src)), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->event_record(ev1, s1), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_wait_event(s0, ev1), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->memcpy_async(s0, &pd, &ps, sizeof(src)), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_add_callback(s0, flag_cb, &ran), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_add_callback(s1, th_gate_cb, &gate), HAL_OK);
+    EXPECT_STATUS(fx.ops->memset_async(s1, &ps, 0x42, sizeof(src)), HAL_OK);
+    EXPECT_STATUS(fx.ops->event_record(ev1, s1), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_wait_event(s0, ev1), HAL_OK);
+    EXPECT_STATUS(fx.ops->memcpy_async(s0, &pd, &ps, sizeof(src)), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_add_callback(s0, flag_cb, &ran), HAL_OK);
 
     event_sync_call_t call = { fx.ops, ev1, 0 };
     atomic_init(&call.done, 0);
     pthread_t th;
     pthread_create(&th, NULL, event_sync_thread, &call);
     th_sleep_ms(20);
-    T_EXPECT(!flag_is_set(&ran));
-    T_EXPECT(atomic_load(&call.done) == 0);
-    T_EXPECT_STATUS(fx.ops->stream_query(s0), HAL_NOT_READY);
+    CTEST_EXPECT(!flag_is_set(&ran));
+    CTEST_EXPECT(atomic_load(&call.done) == 0);
+    EXPECT_STATUS(fx.ops->stream_query(s0), HAL_NOT_READY);
     th_gate_open(&gate);
     pthread_join(th, NULL);
-    T_EXPECT_STATUS(fx.ops->stream_synchronize(s0), HAL_OK);
-    T_EXPECT(flag_is_set(&ran));
-    T_EXPECT(dst[0] == 0x42 && dst[255] == 0x42);
+    EXPECT_STATUS(fx.ops->stream_synchronize(s0), HAL_OK);
+    CTEST_EXPECT(flag_is_set(&ran));
+    CTEST_EXPECT(dst[0] == 0x42 && dst[255] == 0x42);
     fx.ops->event_destroy(ev1);
-    T_EXPECT_STATUS(fx.ops->stream_destroy(s0), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_destroy(s1), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_destroy(s0), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_destroy(s1), HAL_OK);
     th_gate_destroy(&gate);
     t_close(&fx);
-    T_RESULT();
+    return CTEST_PASS;
 }

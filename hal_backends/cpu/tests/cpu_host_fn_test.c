@@ -98,11 +98,10 @@ static void step_cb(hal_status_t stream_status, void *arg)
 
 CTEST(CpuHostFn, RunsInOrderAndLatchesTheDetailFromTheCore)
 {
-    int t_failed = 0;
     t_fixture_t fx;
-    T_EXPECT_STATUS(t_open_with_host(&fx, &fake_host, "1", NULL, NULL, NULL), HAL_OK);
+    EXPECT_STATUS(t_open_with_host(&fx, &fake_host, "1", NULL, NULL, NULL), HAL_OK);
     void *s = NULL;
-    T_EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &s), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &s), HAL_OK);
     atomic_int next;
     atomic_init(&next, 0);
     enum { N = 200 }; /* more than one node chunk */
@@ -117,19 +116,19 @@ CTEST(CpuHostFn, RunsInOrderAndLatchesTheDetailFromTheCore)
     for (int i = 0; i < N; i++) {
         step_init(&steps[i], &next, i, HAL_OK, false);
         if (i % 2 == 0)
-            T_EXPECT_STATUS(fx.ops->stream_launch_host_fn(s, step_fn, &steps[i]), HAL_OK);
+            EXPECT_STATUS(fx.ops->stream_launch_host_fn(s, step_fn, &steps[i]), HAL_OK);
         else
-            T_EXPECT_STATUS(fx.ops->stream_add_callback(s, step_cb, &steps[i]), HAL_OK);
+            EXPECT_STATUS(fx.ops->stream_add_callback(s, step_cb, &steps[i]), HAL_OK);
         if (i % 10 == 0)
-            T_EXPECT_STATUS(fx.ops->memcpy_async(s, &pb, &ps, sizeof(buf)), HAL_OK);
+            EXPECT_STATUS(fx.ops->memcpy_async(s, &pb, &ps, sizeof(buf)), HAL_OK);
     }
-    T_EXPECT_STATUS(fx.ops->stream_synchronize(s), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_synchronize(s), HAL_OK);
     int bad = 0;
     for (int i = 0; i < N; i++)
         bad += atomic_load(&steps[i].bad_turn) + (atomic_load(&steps[i].calls) != 1) +
                (atomic_load(&steps[i].status) != HAL_OK);
-    T_EXPECT(bad == 0);
-    T_EXPECT(buf[0] == 7);
+    CTEST_EXPECT(bad == 0);
+    CTEST_EXPECT(buf[0] == 7);
 
     /* A failing host function latches its status with the detail it left through the core;
      * later host functions still run and are told; data work is skipped. */
@@ -141,46 +140,45 @@ CTEST(CpuHostFn, RunsInOrderAndLatchesTheDetailFromTheCore)
     memset(src, 9, sizeof(src));
     th_gate_t gate; /* holds the stream until everything below is queued */
     th_gate_init(&gate);
-    T_EXPECT_STATUS(fx.ops->stream_add_callback(s, th_gate_cb, &gate), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_launch_host_fn(s, step_fn, &fail), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->memcpy_async(s, &pb, &ps, sizeof(buf)), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_add_callback(s, step_cb, &cb), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_launch_host_fn(s, step_fn, &after), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_add_callback(s, th_gate_cb, &gate), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_launch_host_fn(s, step_fn, &fail), HAL_OK);
+    EXPECT_STATUS(fx.ops->memcpy_async(s, &pb, &ps, sizeof(buf)), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_add_callback(s, step_cb, &cb), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_launch_host_fn(s, step_fn, &after), HAL_OK);
     th_gate_open(&gate);
     t_clear_error();
-    T_EXPECT_STATUS(fx.ops->stream_synchronize(s), HAL_ERROR_REMOTE);
-    T_EXPECT_MESSAGE(FAKE_DETAIL);
-    T_EXPECT(buf[0] == 7); /* the copy after the failure was skipped */
-    T_EXPECT(atomic_load(&cb.status) == HAL_ERROR_REMOTE);
-    T_EXPECT(atomic_load(&after.calls) == 1);
-    T_EXPECT(atomic_load(&after.status) == HAL_ERROR_REMOTE);
-    T_EXPECT(atomic_load(&fail.bad_turn) + atomic_load(&cb.bad_turn) +
-                 atomic_load(&after.bad_turn) ==
-             0);
+    EXPECT_STATUS(fx.ops->stream_synchronize(s), HAL_ERROR_REMOTE);
+    EXPECT_MESSAGE(FAKE_DETAIL);
+    CTEST_EXPECT(buf[0] == 7); /* the copy after the failure was skipped */
+    CTEST_EXPECT(atomic_load(&cb.status) == HAL_ERROR_REMOTE);
+    CTEST_EXPECT(atomic_load(&after.calls) == 1);
+    CTEST_EXPECT(atomic_load(&after.status) == HAL_ERROR_REMOTE);
+    CTEST_EXPECT(atomic_load(&fail.bad_turn) + atomic_load(&cb.bad_turn) +
+                     atomic_load(&after.bad_turn) ==
+                 0);
 
     /* Launching on a failed stream is accepted (the function decides), unlike data work. */
     static step_t late;
     step_init(&late, &next, 3, HAL_OK, false);
-    T_EXPECT_STATUS(fx.ops->stream_launch_host_fn(s, step_fn, &late), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->memcpy_async(s, &pb, &ps, sizeof(buf)), HAL_ERROR_REMOTE);
-    T_EXPECT_STATUS(fx.ops->stream_synchronize(s), HAL_ERROR_REMOTE);
-    T_EXPECT(atomic_load(&late.calls) == 1 && atomic_load(&late.status) == HAL_ERROR_REMOTE);
+    EXPECT_STATUS(fx.ops->stream_launch_host_fn(s, step_fn, &late), HAL_OK);
+    EXPECT_STATUS(fx.ops->memcpy_async(s, &pb, &ps, sizeof(buf)), HAL_ERROR_REMOTE);
+    EXPECT_STATUS(fx.ops->stream_synchronize(s), HAL_ERROR_REMOTE);
+    CTEST_EXPECT(atomic_load(&late.calls) == 1 && atomic_load(&late.status) == HAL_ERROR_REMOTE);
 
     t_clear_error();
-    T_EXPECT_STATUS(fx.ops->stream_destroy(s), HAL_ERROR_REMOTE);
-    T_EXPECT_MESSAGE(FAKE_DETAIL);
+    EXPECT_STATUS(fx.ops->stream_destroy(s), HAL_ERROR_REMOTE);
+    EXPECT_MESSAGE(FAKE_DETAIL);
     th_gate_destroy(&gate);
     t_close(&fx);
-    T_RESULT();
+    return CTEST_PASS;
 }
 
 CTEST(CpuHostFn, FailureWithoutADetailNamesTheStatus)
 {
-    int t_failed = 0;
     t_fixture_t fx;
-    T_EXPECT_STATUS(t_open_with_host(&fx, &fake_host, "1", NULL, NULL, NULL), HAL_OK);
+    EXPECT_STATUS(t_open_with_host(&fx, &fake_host, "1", NULL, NULL, NULL), HAL_OK);
     void *s = NULL;
-    T_EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &s), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &s), HAL_OK);
     atomic_int next;
     atomic_init(&next, 0);
     /* A detail left by a function that then succeeded is not blamed on a later failure. */
@@ -188,57 +186,55 @@ CTEST(CpuHostFn, FailureWithoutADetailNamesTheStatus)
     step_init(&ok_with_detail, &next, 0, HAL_OK, true);
     step_init(&silent, &next, 1, HAL_ERROR_TIMEOUT, false);
     int calls_before = atomic_load(&fake_take_calls);
-    T_EXPECT_STATUS(fx.ops->stream_launch_host_fn(s, step_fn, &ok_with_detail), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_launch_host_fn(s, step_fn, &silent), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_launch_host_fn(s, step_fn, &ok_with_detail), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_launch_host_fn(s, step_fn, &silent), HAL_OK);
     t_clear_error();
-    T_EXPECT_STATUS(fx.ops->stream_synchronize(s), HAL_ERROR_TIMEOUT);
-    T_EXPECT_MESSAGE("stream host function failed with HAL_ERROR_TIMEOUT");
-    T_EXPECT(strstr(t_last_error(), FAKE_DETAIL) == NULL);
-    T_EXPECT(atomic_load(&fake_take_calls) - calls_before == 2); /* after every host function */
-    T_EXPECT_STATUS(fx.ops->stream_destroy(s), HAL_ERROR_TIMEOUT);
+    EXPECT_STATUS(fx.ops->stream_synchronize(s), HAL_ERROR_TIMEOUT);
+    EXPECT_MESSAGE("stream host function failed with HAL_ERROR_TIMEOUT");
+    CTEST_EXPECT(strstr(t_last_error(), FAKE_DETAIL) == NULL);
+    CTEST_EXPECT(atomic_load(&fake_take_calls) - calls_before == 2); /* after every host function */
+    EXPECT_STATUS(fx.ops->stream_destroy(s), HAL_ERROR_TIMEOUT);
     t_close(&fx);
 
     /* A 1.0 host has no take_error: the status alone is latched, nothing is called. */
-    T_EXPECT_STATUS(t_open_with_host(&fx, &old_host, "1", NULL, NULL, NULL), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &s), HAL_OK);
+    EXPECT_STATUS(t_open_with_host(&fx, &old_host, "1", NULL, NULL, NULL), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &s), HAL_OK);
     step_t old_fail;
     atomic_store(&next, 0);
     step_init(&old_fail, &next, 0, HAL_ERROR_REMOTE, true);
     calls_before = atomic_load(&fake_take_calls);
-    T_EXPECT_STATUS(fx.ops->stream_launch_host_fn(s, step_fn, &old_fail), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_synchronize(s), HAL_ERROR_REMOTE);
-    T_EXPECT(atomic_load(&fake_take_calls) == calls_before);
-    T_EXPECT_STATUS(fx.ops->stream_destroy(s), HAL_ERROR_REMOTE);
+    EXPECT_STATUS(fx.ops->stream_launch_host_fn(s, step_fn, &old_fail), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_synchronize(s), HAL_ERROR_REMOTE);
+    CTEST_EXPECT(atomic_load(&fake_take_calls) == calls_before);
+    EXPECT_STATUS(fx.ops->stream_destroy(s), HAL_ERROR_REMOTE);
     t_close(&fx);
-    T_RESULT();
+    return CTEST_PASS;
 }
 
 CTEST(CpuHostFn, RunsAfterAnErrorWithThatError)
 {
-    int t_failed = 0;
     t_fixture_t fx;
-    T_EXPECT_STATUS(t_open_with_host(&fx, &fake_host, "1", NULL, NULL, NULL), HAL_OK);
+    EXPECT_STATUS(t_open_with_host(&fx, &fake_host, "1", NULL, NULL, NULL), HAL_OK);
     void *s = NULL;
-    T_EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &s), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &s), HAL_OK);
     atomic_int next;
     atomic_init(&next, 0);
     step_t ok, second_failure;
     step_init(&ok, &next, 0, HAL_OK, false);
     step_init(&second_failure, &next, 1, HAL_ERROR_ABORTED, true);
-    T_EXPECT_STATUS(hq_stream_inject_error(s, HAL_ERROR_DEVICE_LOST, "injected device loss"),
-                    HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_launch_host_fn(s, step_fn, &ok), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_launch_host_fn(s, step_fn, &second_failure), HAL_OK);
+    EXPECT_STATUS(hq_stream_inject_error(s, HAL_ERROR_DEVICE_LOST, "injected device loss"), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_launch_host_fn(s, step_fn, &ok), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_launch_host_fn(s, step_fn, &second_failure), HAL_OK);
     t_clear_error();
-    T_EXPECT_STATUS(fx.ops->stream_synchronize(s), HAL_ERROR_DEVICE_LOST);
+    EXPECT_STATUS(fx.ops->stream_synchronize(s), HAL_ERROR_DEVICE_LOST);
     /* The first error stays; the host functions ran and were told about it. */
-    T_EXPECT_MESSAGE("injected device loss");
-    T_EXPECT(atomic_load(&ok.calls) == 1 && atomic_load(&ok.status) == HAL_ERROR_DEVICE_LOST);
-    T_EXPECT(atomic_load(&second_failure.calls) == 1 &&
-             atomic_load(&second_failure.status) == HAL_ERROR_DEVICE_LOST);
-    T_EXPECT_STATUS(fx.ops->stream_destroy(s), HAL_ERROR_DEVICE_LOST);
+    EXPECT_MESSAGE("injected device loss");
+    CTEST_EXPECT(atomic_load(&ok.calls) == 1 && atomic_load(&ok.status) == HAL_ERROR_DEVICE_LOST);
+    CTEST_EXPECT(atomic_load(&second_failure.calls) == 1 &&
+                 atomic_load(&second_failure.status) == HAL_ERROR_DEVICE_LOST);
+    EXPECT_STATUS(fx.ops->stream_destroy(s), HAL_ERROR_DEVICE_LOST);
     t_close(&fx);
-    T_RESULT();
+    return CTEST_PASS;
 }
 
 /* ---- no execution slot --------------------------------------------------------------------- */
@@ -274,20 +270,19 @@ static hal_status_t rendezvous_fn(void *arg, hal_status_t stream_status)
 
 CTEST(CpuHostFn, HoldsNoExecutionSlot)
 {
-    int t_failed = 0;
     t_fixture_t fx;
-    T_EXPECT_STATUS(t_open_with_host(&fx, &fake_host, "1", NULL, "1", NULL), HAL_OK);
+    EXPECT_STATUS(t_open_with_host(&fx, &fake_host, "1", NULL, "1", NULL), HAL_OK);
     void *a = NULL, *b = NULL, *c = NULL;
-    T_EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &a), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &b), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &c), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &a), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &b), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &c), HAL_OK);
 
     /* A blocked host function on `a`; `b`'s copy and callback (which need the device's only
      * slot) still run. */
     th_gate_t gate;
     th_gate_init(&gate);
-    T_EXPECT_STATUS(fx.ops->stream_launch_host_fn(a, th_gate_fn, &gate), HAL_OK);
-    T_EXPECT(th_wait_until(th_gate_entered, &gate, 10000));
+    EXPECT_STATUS(fx.ops->stream_launch_host_fn(a, th_gate_fn, &gate), HAL_OK);
+    CTEST_EXPECT(th_wait_until(th_gate_entered, &gate, 10000));
     enum { SIZE = 1 << 20 };
     unsigned char *src = malloc(SIZE), *dst = calloc(1, SIZE);
     memset(src, 0x6b, SIZE);
@@ -295,30 +290,30 @@ CTEST(CpuHostFn, HoldsNoExecutionSlot)
     hal_backend_ptr_t pd = t_ptr(dst, HAL_MEM_KIND_UNREGISTERED);
     atomic_int copied;
     atomic_init(&copied, 0);
-    T_EXPECT_STATUS(fx.ops->memcpy_async(b, &pd, &ps, SIZE), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_add_callback(b, set_flag_cb, &copied), HAL_OK);
-    T_EXPECT(th_wait_until(flag_set, &copied, 10000));
-    T_EXPECT(atomic_load(&copied) == 1);
-    T_EXPECT(atomic_load(&gate.entered) == 1 && !gate.open); /* still blocked meanwhile */
-    T_EXPECT(memcmp(src, dst, SIZE) == 0);
+    EXPECT_STATUS(fx.ops->memcpy_async(b, &pd, &ps, SIZE), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_add_callback(b, set_flag_cb, &copied), HAL_OK);
+    CTEST_EXPECT(th_wait_until(flag_set, &copied, 10000));
+    CTEST_EXPECT(atomic_load(&copied) == 1);
+    CTEST_EXPECT(atomic_load(&gate.entered) == 1 && !gate.open); /* still blocked meanwhile */
+    CTEST_EXPECT(memcmp(src, dst, SIZE) == 0);
     th_gate_open(&gate);
-    T_EXPECT_STATUS(fx.ops->stream_synchronize(a), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_synchronize(b), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_synchronize(a), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_synchronize(b), HAL_OK);
 
     /* Three "ranks" on one device with one slot meet in host functions. */
     rendezvous_t r = { .expected = 3 };
     atomic_init(&r.arrived, 0);
-    T_EXPECT_STATUS(fx.ops->stream_launch_host_fn(a, rendezvous_fn, &r), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_launch_host_fn(b, rendezvous_fn, &r), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_launch_host_fn(c, rendezvous_fn, &r), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->device_synchronize(fx.dev[0]), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_launch_host_fn(a, rendezvous_fn, &r), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_launch_host_fn(b, rendezvous_fn, &r), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_launch_host_fn(c, rendezvous_fn, &r), HAL_OK);
+    EXPECT_STATUS(fx.ops->device_synchronize(fx.dev[0]), HAL_OK);
 
-    T_EXPECT_STATUS(fx.ops->stream_destroy(a), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_destroy(b), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_destroy(c), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_destroy(a), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_destroy(b), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_destroy(c), HAL_OK);
     free(src);
     free(dst);
     th_gate_destroy(&gate);
     t_close(&fx);
-    T_RESULT();
+    return CTEST_PASS;
 }

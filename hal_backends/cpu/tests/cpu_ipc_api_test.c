@@ -17,27 +17,13 @@
 
 #include "hal/hal.h"
 #include "tools/ctest/ctest.h"
+#include "tools/ctest/ctest_status.h"
 
-#define CHECK_STATUS(call, expected)                                                               \
-    do {                                                                                           \
-        hal_status_t st_ = (call);                                                                 \
-        if (st_ != (expected)) {                                                                   \
-            fprintf(stderr, "%s:%d: %s returned %s, expected %s: %s\n", __FILE__, __LINE__, #call, \
-                    hal_status_string(st_), hal_status_string(expected),                           \
-                    hal_last_error_message());                                                     \
-            goto out;                                                                              \
-        }                                                                                          \
+#define CHECK(cond)              \
+    do {                         \
+        if (!CTEST_EXPECT(cond)) \
+            goto out;            \
     } while (0)
-
-#define CHECK(cond)                                                                  \
-    do {                                                                             \
-        if (!(cond)) {                                                               \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-            goto out;                                                                \
-        }                                                                            \
-    } while (0)
-
-#define CHECK_MESSAGE(fragment) CHECK(strstr(hal_last_error_message(), (fragment)) != NULL)
 
 enum { SIZE = 3 << 20, OFFSET = 12345 };
 
@@ -54,12 +40,13 @@ static int child(int handle_fd)
     hal_device_t dev = NULL;
     hal_ipc_handle_t h;
     CHECK(read(handle_fd, &h, sizeof(h)) == (ssize_t)sizeof(h));
-    CHECK_STATUS(hal_backend_open("cpu", &backend), HAL_OK);
-    CHECK_STATUS(hal_device_get(backend, 1, &dev), HAL_OK); /* any device of the backend */
+    CHECK_STATUS_GOTO(hal_backend_open("cpu", &backend), HAL_OK, out);
+    CHECK_STATUS_GOTO(hal_device_get(backend, 1, &dev), HAL_OK,
+                      out); /* any device of the backend */
     void *q = NULL;
-    CHECK_STATUS(hal_mem_ipc_open_handle(dev, &h, &q), HAL_OK);
+    CHECK_STATUS_GOTO(hal_mem_ipc_open_handle(dev, &h, &q), HAL_OK, out);
     hal_mem_info_t info = HAL_MEM_INFO_INIT;
-    CHECK_STATUS(hal_mem_get_info((char *)q + 100, &info), HAL_OK);
+    CHECK_STATUS_GOTO(hal_mem_get_info((char *)q + 100, &info), HAL_OK, out);
     CHECK(info.kind == HAL_MEM_KIND_DEVICE && info.device == dev);
     CHECK(info.base == q && info.size == SIZE - OFFSET);
     const unsigned char *b = q;
@@ -67,9 +54,9 @@ static int child(int handle_fd)
         CHECK(b[i] == pattern(i + OFFSET));
     memset(q, 0xa7, SIZE - OFFSET);
     /* Mapped memory is closed, not freed. */
-    CHECK_STATUS(hal_mem_free(q), HAL_ERROR_INVALID_ARGUMENT);
-    CHECK_STATUS(hal_mem_ipc_close_handle(q), HAL_OK);
-    CHECK_STATUS(hal_mem_ipc_close_handle(q), HAL_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS_GOTO(hal_mem_free(q), HAL_ERROR_INVALID_ARGUMENT, out);
+    CHECK_STATUS_GOTO(hal_mem_ipc_close_handle(q), HAL_OK, out);
+    CHECK_STATUS_GOTO(hal_mem_ipc_close_handle(q), HAL_ERROR_INVALID_ARGUMENT, out);
     rc = 0;
 out:
     if (backend != NULL && hal_backend_close(backend) != HAL_OK)
@@ -107,21 +94,21 @@ static int run(bool fork_after_open)
     void *p = NULL;
     if (!fork_after_open)
         CHECK((pid = start_child(&handle_fd)) > 0);
-    CHECK_STATUS(hal_backend_open("cpu", &backend), HAL_OK);
-    CHECK_STATUS(hal_device_get(backend, 0, &dev), HAL_OK);
+    CHECK_STATUS_GOTO(hal_backend_open("cpu", &backend), HAL_OK, out);
+    CHECK_STATUS_GOTO(hal_device_get(backend, 0, &dev), HAL_OK, out);
     hal_device_properties_t props = HAL_DEVICE_PROPERTIES_INIT;
-    CHECK_STATUS(hal_device_get_properties(dev, &props), HAL_OK);
+    CHECK_STATUS_GOTO(hal_device_get_properties(dev, &props), HAL_OK, out);
     CHECK((props.capabilities & HAL_DEVICE_CAP_IPC) != 0);
 
-    CHECK_STATUS(hal_mem_alloc(dev, HAL_MEM_KIND_DEVICE, SIZE, 0, &p), HAL_OK);
+    CHECK_STATUS_GOTO(hal_mem_alloc(dev, HAL_MEM_KIND_DEVICE, SIZE, 0, &p), HAL_OK, out);
     unsigned char *b = p;
     for (size_t i = 0; i < SIZE; i++)
         b[i] = pattern(i);
     hal_ipc_handle_t h;
-    CHECK_STATUS(hal_mem_ipc_get_handle(b + OFFSET, &h), HAL_OK);
+    CHECK_STATUS_GOTO(hal_mem_ipc_get_handle(b + OFFSET, &h), HAL_OK, out);
     void *self = NULL;
-    CHECK_STATUS(hal_mem_ipc_open_handle(dev, &h, &self), HAL_ERROR_INVALID_ARGUMENT);
-    CHECK_MESSAGE("handle was exported by this process");
+    CHECK_STATUS_GOTO(hal_mem_ipc_open_handle(dev, &h, &self), HAL_ERROR_INVALID_ARGUMENT, out);
+    CHECK_MESSAGE_GOTO("handle was exported by this process", out);
 
     if (fork_after_open)
         CHECK((pid = start_child(&handle_fd)) > 0);

@@ -106,19 +106,18 @@ static int child_maps(const hal_ipc_handle_t *hA, const hal_ipc_handle_t *hB, pt
 
 CTEST(CpuIpc, ChildMapsParentMemory)
 {
-    int t_failed = 0;
     t_fixture_t fx;
-    T_EXPECT_STATUS(t_open(&fx, "1", "64M", NULL, NULL), HAL_OK);
+    EXPECT_STATUS(t_open(&fx, "1", "64M", NULL, NULL), HAL_OK);
     hal_device_properties_t props;
     memset(&props, 0, sizeof(props));
     props.struct_size = sizeof(props);
-    T_EXPECT_STATUS(fx.ops->device_get_properties(fx.dev[0], &props), HAL_OK);
-    T_EXPECT((props.capabilities & HAL_DEVICE_CAP_IPC) != 0);
+    EXPECT_STATUS(fx.ops->device_get_properties(fx.dev[0], &props), HAL_OK);
+    CTEST_EXPECT((props.capabilities & HAL_DEVICE_CAP_IPC) != 0);
 
     void *a = NULL, *ca = NULL, *b = NULL, *cb = NULL;
-    T_EXPECT_STATUS(fx.ops->mem_alloc(fx.dev[0], HAL_MEM_KIND_DEVICE, BIG + INTERIOR, 0, &a, &ca),
-                    HAL_OK);
-    T_EXPECT_STATUS(fx.ops->mem_alloc(fx.dev[0], HAL_MEM_KIND_DEVICE, SMALL, 0, &b, &cb), HAL_OK);
+    EXPECT_STATUS(fx.ops->mem_alloc(fx.dev[0], HAL_MEM_KIND_DEVICE, BIG + INTERIOR, 0, &a, &ca),
+                  HAL_OK);
+    EXPECT_STATUS(fx.ops->mem_alloc(fx.dev[0], HAL_MEM_KIND_DEVICE, SMALL, 0, &b, &cb), HAL_OK);
     if (a == NULL || b == NULL) {
         t_close(&fx);
         return CTEST_FAIL;
@@ -132,40 +131,40 @@ CTEST(CpuIpc, ChildMapsParentMemory)
     hal_ipc_handle_t hA, hB;
     hal_backend_ptr_t bpA = t_alloc_ptr(a, ca, BIG + INTERIOR, INTERIOR, HAL_MEM_KIND_DEVICE);
     hal_backend_ptr_t bpB = t_alloc_ptr(b, cb, SMALL, 0, HAL_MEM_KIND_DEVICE);
-    T_EXPECT_STATUS(fx.ops->mem_ipc_export(fx.dev[0], &bpA, &hA), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->mem_ipc_export(fx.dev[0], &bpB, &hB), HAL_OK);
+    EXPECT_STATUS(fx.ops->mem_ipc_export(fx.dev[0], &bpA, &hA), HAL_OK);
+    EXPECT_STATUS(fx.ops->mem_ipc_export(fx.dev[0], &bpB, &hB), HAL_OK);
     cpu_ipc_record_t rec;
     memcpy(&rec, hA.bytes, sizeof(rec));
-    T_EXPECT(rec.magic == CPU_IPC_MAGIC && rec.version == CPU_IPC_VERSION);
-    T_EXPECT(rec.pid == (int32_t)getpid() && rec.bytes == BIG);
+    CTEST_EXPECT(rec.magic == CPU_IPC_MAGIC && rec.version == CPU_IPC_VERSION);
+    CTEST_EXPECT(rec.pid == (int32_t)getpid() && rec.bytes == BIG);
 
     /* This process cannot open its own handle. */
     void *p = NULL, *cookie = NULL;
     size_t size = 0;
     t_clear_error();
-    T_EXPECT_STATUS(fx.ops->mem_ipc_open(fx.dev[0], &hA, &p, &size, &cookie),
-                    HAL_ERROR_INVALID_ARGUMENT);
-    T_EXPECT_MESSAGE("handle was exported by this process");
+    EXPECT_STATUS(fx.ops->mem_ipc_open(fx.dev[0], &hA, &p, &size, &cookie),
+                  HAL_ERROR_INVALID_ARGUMENT);
+    EXPECT_MESSAGE("handle was exported by this process");
 
     fflush(NULL);
     pid_t pid = fork();
     if (pid == 0)
         _exit(child_maps(&hA, &hB, (char *)b - (char *)(pa + INTERIOR)));
-    T_EXPECT(pid > 0);
+    CTEST_EXPECT(pid > 0);
     if (pid > 0)
-        T_EXPECT(reap(pid) == 0);
+        CTEST_EXPECT(reap(pid) == 0);
 
     /* The child's writes landed in this process's device memory. */
     size_t wrong = 0;
     for (size_t i = 0; i < BIG + INTERIOR; i++)
         wrong += pa[i] != (i < INTERIOR ? pattern(i) : 0xc3);
-    T_EXPECT(wrong == 0);
-    T_EXPECT(((unsigned char *)b)[0] == 0x3c && ((unsigned char *)b)[SMALL - 1] == 0x3c);
+    CTEST_EXPECT(wrong == 0);
+    CTEST_EXPECT(((unsigned char *)b)[0] == 0x3c && ((unsigned char *)b)[SMALL - 1] == 0x3c);
 
     fx.ops->mem_free(fx.dev[0], HAL_MEM_KIND_DEVICE, a, ca);
     fx.ops->mem_free(fx.dev[0], HAL_MEM_KIND_DEVICE, b, cb);
     t_close(&fx);
-    T_RESULT();
+    return CTEST_PASS;
 }
 
 /* ---- the parent maps a child's memory, before and after the child is gone ------------------ */
@@ -273,13 +272,12 @@ static void edit_fd(cpu_ipc_record_t *r)
 
 CTEST(CpuIpc, StaleMalformedAndForeignHandles)
 {
-    int t_failed = 0;
     t_fixture_t fx;
-    T_EXPECT_STATUS(t_open(&fx, "1", "64M", NULL, NULL), HAL_OK);
+    EXPECT_STATUS(t_open(&fx, "1", "64M", NULL, NULL), HAL_OK);
     hal_ipc_handle_t h;
     int go = -1;
     pid_t pid = start_exporter(false, &h, &go);
-    T_EXPECT(pid > 0);
+    CTEST_EXPECT(pid > 0);
     if (pid <= 0) {
         t_close(&fx);
         return CTEST_FAIL;
@@ -288,16 +286,17 @@ CTEST(CpuIpc, StaleMalformedAndForeignHandles)
     /* While the exporter lives, its handle opens (here the parent imports from the child). */
     void *p = NULL, *c = NULL, *p2 = NULL, *c2 = NULL;
     size_t size = 0, size2 = 0;
-    T_EXPECT_STATUS(fx.ops->mem_ipc_open(fx.dev[0], &h, &p, &size, &c), HAL_OK);
-    T_EXPECT(size == BIG);
-    T_EXPECT(p != NULL && ((unsigned char *)p)[0] == 0x11 && ((unsigned char *)p)[BIG - 1] == 0x11);
-    T_EXPECT_STATUS(fx.ops->mem_ipc_open(fx.dev[0], &h, &p2, &size2, &c2), HAL_OK);
-    T_EXPECT(p2 == p && c2 == c);
+    EXPECT_STATUS(fx.ops->mem_ipc_open(fx.dev[0], &h, &p, &size, &c), HAL_OK);
+    CTEST_EXPECT(size == BIG);
+    CTEST_EXPECT(p != NULL && ((unsigned char *)p)[0] == 0x11 &&
+                 ((unsigned char *)p)[BIG - 1] == 0x11);
+    EXPECT_STATUS(fx.ops->mem_ipc_open(fx.dev[0], &h, &p2, &size2, &c2), HAL_OK);
+    CTEST_EXPECT(p2 == p && c2 == c);
     if (c2 != NULL)
         fx.ops->mem_ipc_close(fx.dev[0], p2, c2);
     if (c != NULL)
         fx.ops->mem_ipc_close(fx.dev[0], p, c);
-    T_EXPECT(((cpu_backend_t *)fx.backend)->ipc_mappings == NULL);
+    CTEST_EXPECT(((cpu_backend_t *)fx.backend)->ipc_mappings == NULL);
 
     /* Malformed or self-made handles: invalid arguments, before anything is opened. */
     static const struct {
@@ -316,24 +315,24 @@ CTEST(CpuIpc, StaleMalformedAndForeignHandles)
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         hal_ipc_handle_t bad = tampered(&h, cases[i].edit);
         t_clear_error();
-        T_EXPECT_STATUS(fx.ops->mem_ipc_open(fx.dev[0], &bad, &p, &size, &c), cases[i].status);
-        T_EXPECT_MESSAGE(cases[i].message);
+        EXPECT_STATUS(fx.ops->mem_ipc_open(fx.dev[0], &bad, &p, &size, &c), cases[i].status);
+        EXPECT_MESSAGE(cases[i].message);
     }
     hal_ipc_handle_t zero;
     memset(&zero, 0, sizeof(zero));
-    T_EXPECT_STATUS(fx.ops->mem_ipc_open(fx.dev[0], &zero, &p, &size, &c),
-                    HAL_ERROR_INVALID_ARGUMENT);
+    EXPECT_STATUS(fx.ops->mem_ipc_open(fx.dev[0], &zero, &p, &size, &c),
+                  HAL_ERROR_INVALID_ARGUMENT);
 
     /* Once the exporter is gone, its handle is not found. */
-    T_EXPECT(write_all(go, "x", 1));
+    CTEST_EXPECT(write_all(go, "x", 1));
     close(go);
-    T_EXPECT(reap(pid) == 0);
+    CTEST_EXPECT(reap(pid) == 0);
     t_clear_error();
-    T_EXPECT_STATUS(fx.ops->mem_ipc_open(fx.dev[0], &h, &p, &size, &c), HAL_ERROR_NOT_FOUND);
-    T_EXPECT_MESSAGE("exporting process or its memory is gone");
-    T_EXPECT(((cpu_backend_t *)fx.backend)->ipc_mappings == NULL);
+    EXPECT_STATUS(fx.ops->mem_ipc_open(fx.dev[0], &h, &p, &size, &c), HAL_ERROR_NOT_FOUND);
+    EXPECT_MESSAGE("exporting process or its memory is gone");
+    CTEST_EXPECT(((cpu_backend_t *)fx.backend)->ipc_mappings == NULL);
     t_close(&fx);
-    T_RESULT();
+    return CTEST_PASS;
 }
 
 /* Whether this process may read other processes' descriptors regardless of dumpability. */
@@ -354,68 +353,66 @@ static bool has_cap_sys_ptrace(void)
 
 CTEST(CpuIpc, UndumpableExporterNeedsPtraceRights)
 {
-    int t_failed = 0;
     t_fixture_t fx;
-    T_EXPECT_STATUS(t_open(&fx, "1", "64M", NULL, NULL), HAL_OK);
+    EXPECT_STATUS(t_open(&fx, "1", "64M", NULL, NULL), HAL_OK);
     hal_ipc_handle_t h;
     int go = -1;
     pid_t pid = start_exporter(true, &h, &go);
-    T_EXPECT(pid > 0);
+    CTEST_EXPECT(pid > 0);
     if (pid > 0) {
         void *p = NULL, *c = NULL;
         size_t size = 0;
         t_clear_error();
         hal_status_t st = fx.ops->mem_ipc_open(fx.dev[0], &h, &p, &size, &c);
         if (has_cap_sys_ptrace()) {
-            T_EXPECT_STATUS(st, HAL_OK);
+            EXPECT_STATUS(st, HAL_OK);
             if (st == HAL_OK)
                 fx.ops->mem_ipc_close(fx.dev[0], p, c);
         } else {
-            T_EXPECT_STATUS(st, HAL_ERROR_PERMISSION_DENIED);
-            T_EXPECT_MESSAGE("same user and be dumpable");
+            EXPECT_STATUS(st, HAL_ERROR_PERMISSION_DENIED);
+            EXPECT_MESSAGE("same user and be dumpable");
         }
-        T_EXPECT(write_all(go, "x", 1));
+        CTEST_EXPECT(write_all(go, "x", 1));
         close(go);
-        T_EXPECT(reap(pid) == 0);
+        CTEST_EXPECT(reap(pid) == 0);
     }
     t_close(&fx);
-    T_RESULT();
+    return CTEST_PASS;
 }
 
 CTEST(CpuIpc, ExportNamesArenaMemoryOnly)
 {
-    int t_failed = 0;
     t_fixture_t fx;
-    T_EXPECT_STATUS(t_open(&fx, "2", "64M", NULL, NULL), HAL_OK);
+    EXPECT_STATUS(t_open(&fx, "2", "64M", NULL, NULL), HAL_OK);
     void *sh = NULL, *csh = NULL, *pin = NULL, *cpin = NULL, *d1 = NULL, *cd1 = NULL;
-    T_EXPECT_STATUS(fx.ops->mem_alloc(fx.dev[0], HAL_MEM_KIND_SHARED, 10000, 0, &sh, &csh), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->mem_alloc(fx.dev[0], HAL_MEM_KIND_HOST_PINNED, 10000, 0, &pin, &cpin),
-                    HAL_OK);
-    T_EXPECT_STATUS(fx.ops->mem_alloc(fx.dev[1], HAL_MEM_KIND_DEVICE, 10000, 0, &d1, &cd1), HAL_OK);
+    EXPECT_STATUS(fx.ops->mem_alloc(fx.dev[0], HAL_MEM_KIND_SHARED, 10000, 0, &sh, &csh), HAL_OK);
+    EXPECT_STATUS(fx.ops->mem_alloc(fx.dev[0], HAL_MEM_KIND_HOST_PINNED, 10000, 0, &pin, &cpin),
+                  HAL_OK);
+    EXPECT_STATUS(fx.ops->mem_alloc(fx.dev[1], HAL_MEM_KIND_DEVICE, 10000, 0, &d1, &cd1), HAL_OK);
     hal_ipc_handle_t h;
     cpu_ipc_record_t rec;
 
     /* Shared memory lives in the arena too; the handle counts from the pointer to the end. */
     hal_backend_ptr_t p_sh = t_alloc_ptr(sh, csh, 10000, 999, HAL_MEM_KIND_SHARED);
-    T_EXPECT_STATUS(fx.ops->mem_ipc_export(fx.dev[0], &p_sh, &h), HAL_OK);
+    EXPECT_STATUS(fx.ops->mem_ipc_export(fx.dev[0], &p_sh, &h), HAL_OK);
     memcpy(&rec, h.bytes, sizeof(rec));
-    T_EXPECT(rec.bytes == 10000 - 999 && rec.device_index == 0);
-    T_EXPECT(rec.offset == (uint64_t)((char *)sh + 999 - arena_base(&fx, 0)));
+    CTEST_EXPECT(rec.bytes == 10000 - 999 && rec.device_index == 0);
+    CTEST_EXPECT(rec.offset == (uint64_t)((char *)sh + 999 - arena_base(&fx, 0)));
 
     /* Pinned memory is not in an arena; another device's memory is not in this one's. */
     hal_backend_ptr_t p_pin = t_alloc_ptr(pin, cpin, 10000, 0, HAL_MEM_KIND_HOST_PINNED);
     t_clear_error();
-    T_EXPECT_STATUS(fx.ops->mem_ipc_export(fx.dev[0], &p_pin, &h), HAL_ERROR_INVALID_ARGUMENT);
-    T_EXPECT_MESSAGE("is not memory of device 0's arena");
+    EXPECT_STATUS(fx.ops->mem_ipc_export(fx.dev[0], &p_pin, &h), HAL_ERROR_INVALID_ARGUMENT);
+    EXPECT_MESSAGE("is not memory of device 0's arena");
     hal_backend_ptr_t p_d1 = t_alloc_ptr(d1, cd1, 10000, 0, HAL_MEM_KIND_DEVICE);
-    T_EXPECT_STATUS(fx.ops->mem_ipc_export(fx.dev[0], &p_d1, &h), HAL_ERROR_INVALID_ARGUMENT);
-    T_EXPECT_STATUS(fx.ops->mem_ipc_export(fx.dev[1], &p_d1, &h), HAL_OK);
+    EXPECT_STATUS(fx.ops->mem_ipc_export(fx.dev[0], &p_d1, &h), HAL_ERROR_INVALID_ARGUMENT);
+    EXPECT_STATUS(fx.ops->mem_ipc_export(fx.dev[1], &p_d1, &h), HAL_OK);
     memcpy(&rec, h.bytes, sizeof(rec));
-    T_EXPECT(rec.device_index == 1 && rec.bytes == 10000);
+    CTEST_EXPECT(rec.device_index == 1 && rec.bytes == 10000);
 
     fx.ops->mem_free(fx.dev[0], HAL_MEM_KIND_SHARED, sh, csh);
     fx.ops->mem_free(fx.dev[0], HAL_MEM_KIND_HOST_PINNED, pin, cpin);
     fx.ops->mem_free(fx.dev[1], HAL_MEM_KIND_DEVICE, d1, cd1);
     t_close(&fx);
-    T_RESULT();
+    return CTEST_PASS;
 }

@@ -31,66 +31,64 @@ static hal_status_t order_fn(void *arg, hal_status_t status)
 
 CTEST(CpuStream, FifoOrder)
 {
-    int t_failed = 0;
     t_fixture_t fx;
-    T_EXPECT_STATUS(t_open(&fx, "1", NULL, "4", NULL), HAL_OK);
+    EXPECT_STATUS(t_open(&fx, "1", NULL, "4", NULL), HAL_OK);
     enum { N = 1000 }; /* several node chunks */
     static order_item_t items[N];
     order_check_t check = { 0, 0 };
     void *s = NULL;
-    T_EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &s), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &s), HAL_OK);
     for (int i = 0; i < N; i++) {
         items[i] = (order_item_t){ &check, i };
         if (i % 3 == 0)
-            T_EXPECT_STATUS(t_enqueue_fn(s, order_fn, &items[i], 0), HAL_OK);
+            EXPECT_STATUS(t_enqueue_fn(s, order_fn, &items[i], 0), HAL_OK);
         else
-            T_EXPECT_STATUS(fx.ops->stream_add_callback(s, order_cb, &items[i]), HAL_OK);
+            EXPECT_STATUS(fx.ops->stream_add_callback(s, order_cb, &items[i]), HAL_OK);
     }
-    T_EXPECT_STATUS(fx.ops->stream_synchronize(s), HAL_OK);
-    T_EXPECT(check.next == N);
-    T_EXPECT(check.bad == 0);
+    EXPECT_STATUS(fx.ops->stream_synchronize(s), HAL_OK);
+    CTEST_EXPECT(check.next == N);
+    CTEST_EXPECT(check.bad == 0);
 
     /* Data tasks keep their order too: each memset overwrites the previous one. */
     unsigned char *buf = malloc(1 << 20);
     hal_backend_ptr_t p = t_ptr(buf, HAL_MEM_KIND_UNREGISTERED);
     for (int i = 0; i < 50; i++)
-        T_EXPECT_STATUS(fx.ops->memset_async(s, &p, i, 1 << 20), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_synchronize(s), HAL_OK);
-    T_EXPECT(buf[0] == 49 && buf[(1 << 20) - 1] == 49);
+        EXPECT_STATUS(fx.ops->memset_async(s, &p, i, 1 << 20), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_synchronize(s), HAL_OK);
+    CTEST_EXPECT(buf[0] == 49 && buf[(1 << 20) - 1] == 49);
     free(buf);
 
-    T_EXPECT_STATUS(fx.ops->stream_destroy(s), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_destroy(s), HAL_OK);
     t_close(&fx);
-    T_RESULT();
+    return CTEST_PASS;
 }
 
 CTEST(CpuStream, QueryAndSynchronize)
 {
-    int t_failed = 0;
     t_fixture_t fx;
-    T_EXPECT_STATUS(t_open(&fx, "1", NULL, NULL, NULL), HAL_OK);
+    EXPECT_STATUS(t_open(&fx, "1", NULL, NULL, NULL), HAL_OK);
     void *s = NULL;
-    T_EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &s), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_query(s), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_synchronize(s), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &s), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_query(s), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_synchronize(s), HAL_OK);
 
     th_gate_t gate;
     th_gate_init(&gate);
-    T_EXPECT_STATUS(fx.ops->stream_add_callback(s, th_gate_cb, &gate), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_query(s), HAL_NOT_READY);
-    T_EXPECT(th_wait_until(th_gate_entered, &gate, 10000));
-    T_EXPECT_STATUS(fx.ops->stream_query(s), HAL_NOT_READY);
+    EXPECT_STATUS(fx.ops->stream_add_callback(s, th_gate_cb, &gate), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_query(s), HAL_NOT_READY);
+    CTEST_EXPECT(th_wait_until(th_gate_entered, &gate, 10000));
+    EXPECT_STATUS(fx.ops->stream_query(s), HAL_NOT_READY);
     th_gate_open(&gate);
-    T_EXPECT_STATUS(fx.ops->stream_synchronize(s), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_query(s), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_synchronize(s), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_query(s), HAL_OK);
 
     uintptr_t native = 0;
-    T_EXPECT_STATUS(fx.ops->stream_get_native_handle(s, &native), HAL_OK);
-    T_EXPECT(native != 0);
-    T_EXPECT_STATUS(fx.ops->stream_destroy(s), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_get_native_handle(s, &native), HAL_OK);
+    CTEST_EXPECT(native != 0);
+    EXPECT_STATUS(fx.ops->stream_destroy(s), HAL_OK);
     th_gate_destroy(&gate);
     t_close(&fx);
-    T_RESULT();
+    return CTEST_PASS;
 }
 
 typedef struct waiting_probe {
@@ -108,15 +106,14 @@ static bool sched_has_waiters(void *arg)
  * a priority, whatever order the streams asked in. */
 CTEST(CpuStream, PriorityOrder)
 {
-    int t_failed = 0;
     t_fixture_t fx;
-    T_EXPECT_STATUS(t_open(&fx, "1", NULL, "1", NULL), HAL_OK);
+    EXPECT_STATUS(t_open(&fx, "1", NULL, "1", NULL), HAL_OK);
     void *gs = NULL, *low1 = NULL, *low2 = NULL, *mid = NULL, *high = NULL;
-    T_EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &gs), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &low1), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &low2), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], -1, &mid), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], -2, &high), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &gs), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &low1), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &low2), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], -1, &mid), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], -2, &high), HAL_OK);
 
     th_gate_t gate;
     th_gate_init(&gate);
@@ -125,32 +122,32 @@ CTEST(CpuStream, PriorityOrder)
     t_log_entry_t ea = { &log, 'a' }, eb = { &log, 'b' }, em = { &log, 'M' }, eh = { &log, 'H' };
     waiting_probe_t probe = { fx.dev[0], 0 };
 
-    T_EXPECT_STATUS(fx.ops->stream_add_callback(gs, th_gate_cb, &gate), HAL_OK);
-    T_EXPECT(th_wait_until(th_gate_entered, &gate, 10000));
+    EXPECT_STATUS(fx.ops->stream_add_callback(gs, th_gate_cb, &gate), HAL_OK);
+    CTEST_EXPECT(th_wait_until(th_gate_entered, &gate, 10000));
     /* Low priority first, then higher ones; wait until each is queued for the slot so the
      * arrival order is known. */
     void *streams[] = { low1, low2, mid, high };
     t_log_entry_t *entries[] = { &ea, &eb, &em, &eh };
     for (int i = 0; i < 4; i++) {
-        T_EXPECT_STATUS(fx.ops->stream_add_callback(streams[i], t_log_cb, entries[i]), HAL_OK);
+        EXPECT_STATUS(fx.ops->stream_add_callback(streams[i], t_log_cb, entries[i]), HAL_OK);
         probe.count = (uint32_t)i + 1;
-        T_EXPECT(th_wait_until(sched_has_waiters, &probe, 10000));
+        CTEST_EXPECT(th_wait_until(sched_has_waiters, &probe, 10000));
     }
-    T_EXPECT(log.len == 0);
+    CTEST_EXPECT(log.len == 0);
     th_gate_open(&gate);
-    T_EXPECT_STATUS(fx.ops->device_synchronize(fx.dev[0]), HAL_OK);
+    EXPECT_STATUS(fx.ops->device_synchronize(fx.dev[0]), HAL_OK);
     if (strcmp(log.text, "HMab") != 0) {
         fprintf(stderr, "execution order \"%s\", expected \"HMab\"\n", log.text);
-        t_failed = 1;
+        ctest_record_failure();
     }
-    T_EXPECT(hq_sched_waiting(&((cpu_device_t *)fx.dev[0])->hq.sched) == 0);
+    CTEST_EXPECT(hq_sched_waiting(&((cpu_device_t *)fx.dev[0])->hq.sched) == 0);
 
-    T_EXPECT_STATUS(fx.ops->stream_destroy(gs), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_destroy(gs), HAL_OK);
     for (int i = 0; i < 4; i++)
-        T_EXPECT_STATUS(fx.ops->stream_destroy(streams[i]), HAL_OK);
+        EXPECT_STATUS(fx.ops->stream_destroy(streams[i]), HAL_OK);
     th_gate_destroy(&gate);
     t_close(&fx);
-    T_RESULT();
+    return CTEST_PASS;
 }
 
 /* Tasks that do not hold a slot (event waits, HQ_TASK_NO_SLOT) run while another stream
@@ -168,31 +165,30 @@ static bool count_is_one(void *arg)
 
 CTEST(CpuStream, NoSlotTasksBypassTheScheduler)
 {
-    int t_failed = 0;
     t_fixture_t fx;
-    T_EXPECT_STATUS(t_open(&fx, "1", NULL, "1", NULL), HAL_OK);
+    EXPECT_STATUS(t_open(&fx, "1", NULL, "1", NULL), HAL_OK);
     void *a = NULL, *b = NULL;
-    T_EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &a), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &b), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &a), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &b), HAL_OK);
     th_gate_t gate;
     th_gate_init(&gate);
     atomic_int count;
     atomic_init(&count, 0);
-    T_EXPECT_STATUS(fx.ops->stream_add_callback(a, th_gate_cb, &gate), HAL_OK);
-    T_EXPECT(th_wait_until(th_gate_entered, &gate, 10000));
-    T_EXPECT_STATUS(t_enqueue_fn(b, count_fn, &count, HQ_TASK_NO_SLOT), HAL_OK);
-    T_EXPECT(th_wait_until(count_is_one, &count, 10000));
-    T_EXPECT_STATUS(t_enqueue_fn(b, count_fn, &count, 0), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_add_callback(a, th_gate_cb, &gate), HAL_OK);
+    CTEST_EXPECT(th_wait_until(th_gate_entered, &gate, 10000));
+    EXPECT_STATUS(t_enqueue_fn(b, count_fn, &count, HQ_TASK_NO_SLOT), HAL_OK);
+    CTEST_EXPECT(th_wait_until(count_is_one, &count, 10000));
+    EXPECT_STATUS(t_enqueue_fn(b, count_fn, &count, 0), HAL_OK);
     th_sleep_ms(20);
-    T_EXPECT(atomic_load(&count) == 1); /* needs the slot the gate holds */
+    CTEST_EXPECT(atomic_load(&count) == 1); /* needs the slot the gate holds */
     th_gate_open(&gate);
-    T_EXPECT_STATUS(fx.ops->stream_synchronize(b), HAL_OK);
-    T_EXPECT(atomic_load(&count) == 2);
-    T_EXPECT_STATUS(fx.ops->stream_destroy(a), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_destroy(b), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_synchronize(b), HAL_OK);
+    CTEST_EXPECT(atomic_load(&count) == 2);
+    EXPECT_STATUS(fx.ops->stream_destroy(a), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_destroy(b), HAL_OK);
     th_gate_destroy(&gate);
     t_close(&fx);
-    T_RESULT();
+    return CTEST_PASS;
 }
 
 typedef struct delayed_open {
@@ -215,37 +211,36 @@ static void count_cb(hal_status_t status, void *arg)
 
 CTEST(CpuStream, DestroyDrainsPendingWork)
 {
-    int t_failed = 0;
     t_fixture_t fx;
-    T_EXPECT_STATUS(t_open(&fx, "1", NULL, NULL, NULL), HAL_OK);
+    EXPECT_STATUS(t_open(&fx, "1", NULL, NULL, NULL), HAL_OK);
     void *s = NULL;
-    T_EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &s), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &s), HAL_OK);
     th_gate_t gate;
     th_gate_init(&gate);
     atomic_int count;
     atomic_init(&count, 0);
     enum { N = 300, SIZE = 4096 };
     unsigned char *buf = calloc(N, SIZE);
-    T_EXPECT_STATUS(fx.ops->stream_add_callback(s, th_gate_cb, &gate), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_add_callback(s, th_gate_cb, &gate), HAL_OK);
     for (int i = 0; i < N; i++) {
         hal_backend_ptr_t p = t_ptr(buf + (size_t)i * SIZE, HAL_MEM_KIND_UNREGISTERED);
-        T_EXPECT_STATUS(fx.ops->memset_async(s, &p, 0x3c, SIZE), HAL_OK);
-        T_EXPECT_STATUS(fx.ops->stream_add_callback(s, count_cb, &count), HAL_OK);
+        EXPECT_STATUS(fx.ops->memset_async(s, &p, 0x3c, SIZE), HAL_OK);
+        EXPECT_STATUS(fx.ops->stream_add_callback(s, count_cb, &count), HAL_OK);
     }
     pthread_t opener;
     delayed_open_t d = { &gate, 30 };
     pthread_create(&opener, NULL, open_later, &d);
-    T_EXPECT_STATUS(fx.ops->stream_destroy(s), HAL_OK);
-    T_EXPECT(atomic_load(&count) == N);
+    EXPECT_STATUS(fx.ops->stream_destroy(s), HAL_OK);
+    CTEST_EXPECT(atomic_load(&count) == N);
     size_t set = 0;
     for (size_t i = 0; i < (size_t)N * SIZE; i++)
         set += buf[i] == 0x3c;
-    T_EXPECT(set == (size_t)N * SIZE);
+    CTEST_EXPECT(set == (size_t)N * SIZE);
     pthread_join(opener, NULL);
     free(buf);
     th_gate_destroy(&gate);
     t_close(&fx);
-    T_RESULT();
+    return CTEST_PASS;
 }
 
 typedef struct device_sync_call {
@@ -265,54 +260,53 @@ static void *device_sync_thread(void *arg)
 
 CTEST(CpuStream, DeviceSynchronizeWaitsForEveryStream)
 {
-    int t_failed = 0;
     t_fixture_t fx;
-    T_EXPECT_STATUS(t_open(&fx, "2", NULL, NULL, NULL), HAL_OK);
+    EXPECT_STATUS(t_open(&fx, "2", NULL, NULL, NULL), HAL_OK);
     enum { NS = 20 }; /* more than device_synchronize keeps inline */
     void *s[NS];
     for (int i = 0; i < NS; i++)
-        T_EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], -(i % 3), &s[i]), HAL_OK);
+        EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], -(i % 3), &s[i]), HAL_OK);
     void *other = NULL;
-    T_EXPECT_STATUS(fx.ops->stream_create(fx.dev[1], 0, &other), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_create(fx.dev[1], 0, &other), HAL_OK);
     th_gate_t gate, other_gate;
     th_gate_init(&gate);
     th_gate_init(&other_gate);
     atomic_int count;
     atomic_init(&count, 0);
     for (int i = 0; i < NS; i++)
-        T_EXPECT_STATUS(fx.ops->stream_add_callback(s[i], count_cb, &count), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_add_callback(s[NS - 1], th_gate_cb, &gate), HAL_OK);
+        EXPECT_STATUS(fx.ops->stream_add_callback(s[i], count_cb, &count), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_add_callback(s[NS - 1], th_gate_cb, &gate), HAL_OK);
     /* Work on another device does not hold device 0 up. */
-    T_EXPECT_STATUS(fx.ops->stream_add_callback(other, th_gate_cb, &other_gate), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_add_callback(other, th_gate_cb, &other_gate), HAL_OK);
 
     device_sync_call_t call = { &fx, fx.dev[0], 0, HAL_ERROR_INTERNAL };
     atomic_init(&call.done, 0);
     pthread_t th;
     pthread_create(&th, NULL, device_sync_thread, &call);
     th_sleep_ms(30);
-    T_EXPECT(atomic_load(&call.done) == 0);
+    CTEST_EXPECT(atomic_load(&call.done) == 0);
     th_gate_open(&gate);
     pthread_join(th, NULL);
-    T_EXPECT(call.status == HAL_OK);
-    T_EXPECT(atomic_load(&count) == NS);
-    T_EXPECT_STATUS(fx.ops->stream_query(other), HAL_NOT_READY);
+    CTEST_EXPECT(call.status == HAL_OK);
+    CTEST_EXPECT(atomic_load(&count) == NS);
+    EXPECT_STATUS(fx.ops->stream_query(other), HAL_NOT_READY);
     th_gate_open(&other_gate);
 
     /* The first latched error of the device's streams is reported. */
-    T_EXPECT_STATUS(hq_stream_inject_error(s[5], HAL_ERROR_DEVICE_LOST, "lost in test"), HAL_OK);
+    EXPECT_STATUS(hq_stream_inject_error(s[5], HAL_ERROR_DEVICE_LOST, "lost in test"), HAL_OK);
     t_clear_error();
-    T_EXPECT_STATUS(fx.ops->device_synchronize(fx.dev[0]), HAL_ERROR_DEVICE_LOST);
-    T_EXPECT_MESSAGE("lost in test");
-    T_EXPECT_STATUS(fx.ops->device_synchronize(fx.dev[1]), HAL_OK);
+    EXPECT_STATUS(fx.ops->device_synchronize(fx.dev[0]), HAL_ERROR_DEVICE_LOST);
+    EXPECT_MESSAGE("lost in test");
+    EXPECT_STATUS(fx.ops->device_synchronize(fx.dev[1]), HAL_OK);
 
     for (int i = 0; i < NS; i++)
-        T_EXPECT_STATUS(fx.ops->stream_destroy(s[i]), i == 5 ? HAL_ERROR_DEVICE_LOST : HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_destroy(other), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->device_synchronize(fx.dev[0]), HAL_OK); /* no streams left */
+        EXPECT_STATUS(fx.ops->stream_destroy(s[i]), i == 5 ? HAL_ERROR_DEVICE_LOST : HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_destroy(other), HAL_OK);
+    EXPECT_STATUS(fx.ops->device_synchronize(fx.dev[0]), HAL_OK); /* no streams left */
     th_gate_destroy(&gate);
     th_gate_destroy(&other_gate);
     t_close(&fx);
-    T_RESULT();
+    return CTEST_PASS;
 }
 
 typedef struct status_seen {
@@ -346,13 +340,12 @@ static hal_status_t silent_failing_fn(void *arg, hal_status_t status)
 
 CTEST(CpuStream, ErrorsLatch)
 {
-    int t_failed = 0;
     t_fixture_t fx;
-    T_EXPECT_STATUS(t_open(&fx, "1", NULL, NULL, NULL), HAL_OK);
+    EXPECT_STATUS(t_open(&fx, "1", NULL, NULL, NULL), HAL_OK);
     void *s = NULL, *healthy = NULL, *ev = NULL;
-    T_EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &s), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &healthy), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->event_create(fx.dev[0], HAL_EVENT_FLAG_NONE, &ev), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &s), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &healthy), HAL_OK);
+    EXPECT_STATUS(fx.ops->event_create(fx.dev[0], HAL_EVENT_FLAG_NONE, &ev), HAL_OK);
 
     unsigned char buf[64], src[64];
     memset(buf, 1, sizeof(buf));
@@ -370,82 +363,80 @@ CTEST(CpuStream, ErrorsLatch)
     /* Everything below is queued before the failure is reached. */
     th_gate_t gate;
     th_gate_init(&gate);
-    T_EXPECT_STATUS(fx.ops->stream_add_callback(s, th_gate_cb, &gate), HAL_OK);
-    T_EXPECT_STATUS(hq_stream_inject_error(s, HAL_ERROR_DEVICE_LOST, "injected device loss"),
-                    HAL_OK);
-    T_EXPECT_STATUS(fx.ops->memcpy_async(s, &pb, &ps, sizeof(buf)), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->memset_async(s, &pb, 3, sizeof(buf)), HAL_OK);
-    T_EXPECT_STATUS(t_enqueue_fn(s, status_fn, &skipped, 0), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->event_record(ev, s), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_add_callback(s, status_cb, &cb_seen), HAL_OK);
-    T_EXPECT_STATUS(t_enqueue_fn(s, status_fn, &fn_seen, HQ_TASK_RUN_ON_ERROR), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_add_callback(s, th_gate_cb, &gate), HAL_OK);
+    EXPECT_STATUS(hq_stream_inject_error(s, HAL_ERROR_DEVICE_LOST, "injected device loss"), HAL_OK);
+    EXPECT_STATUS(fx.ops->memcpy_async(s, &pb, &ps, sizeof(buf)), HAL_OK);
+    EXPECT_STATUS(fx.ops->memset_async(s, &pb, 3, sizeof(buf)), HAL_OK);
+    EXPECT_STATUS(t_enqueue_fn(s, status_fn, &skipped, 0), HAL_OK);
+    EXPECT_STATUS(fx.ops->event_record(ev, s), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_add_callback(s, status_cb, &cb_seen), HAL_OK);
+    EXPECT_STATUS(t_enqueue_fn(s, status_fn, &fn_seen, HQ_TASK_RUN_ON_ERROR), HAL_OK);
     /* A later failure does not replace the first. */
-    T_EXPECT_STATUS(hq_stream_inject_error(s, HAL_ERROR_ABORTED, "second failure"), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_query(s), HAL_NOT_READY);
+    EXPECT_STATUS(hq_stream_inject_error(s, HAL_ERROR_ABORTED, "second failure"), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_query(s), HAL_NOT_READY);
     th_gate_open(&gate);
 
     t_clear_error();
-    T_EXPECT_STATUS(fx.ops->stream_synchronize(s), HAL_ERROR_DEVICE_LOST);
-    T_EXPECT_MESSAGE("injected device loss");
-    T_EXPECT(atomic_load(&gate.status) == HAL_OK); /* the gate ran before the failure */
-    T_EXPECT(buf[0] == 1 && buf[63] == 1);         /* data tasks were skipped */
-    T_EXPECT(atomic_load(&skipped.calls) == 0);
-    T_EXPECT(atomic_load(&cb_seen.calls) == 1);
-    T_EXPECT(atomic_load(&cb_seen.status) == HAL_ERROR_DEVICE_LOST);
-    T_EXPECT(atomic_load(&fn_seen.calls) == 1);
-    T_EXPECT(atomic_load(&fn_seen.status) == HAL_ERROR_DEVICE_LOST);
-    T_EXPECT_STATUS(fx.ops->event_query(ev), HAL_ERROR_DEVICE_LOST);
-    T_EXPECT_STATUS(fx.ops->event_synchronize(ev), HAL_ERROR_DEVICE_LOST);
-    T_EXPECT_STATUS(fx.ops->stream_query(s), HAL_ERROR_DEVICE_LOST);
+    EXPECT_STATUS(fx.ops->stream_synchronize(s), HAL_ERROR_DEVICE_LOST);
+    EXPECT_MESSAGE("injected device loss");
+    CTEST_EXPECT(atomic_load(&gate.status) == HAL_OK); /* the gate ran before the failure */
+    CTEST_EXPECT(buf[0] == 1 && buf[63] == 1);         /* data tasks were skipped */
+    CTEST_EXPECT(atomic_load(&skipped.calls) == 0);
+    CTEST_EXPECT(atomic_load(&cb_seen.calls) == 1);
+    CTEST_EXPECT(atomic_load(&cb_seen.status) == HAL_ERROR_DEVICE_LOST);
+    CTEST_EXPECT(atomic_load(&fn_seen.calls) == 1);
+    CTEST_EXPECT(atomic_load(&fn_seen.status) == HAL_ERROR_DEVICE_LOST);
+    EXPECT_STATUS(fx.ops->event_query(ev), HAL_ERROR_DEVICE_LOST);
+    EXPECT_STATUS(fx.ops->event_synchronize(ev), HAL_ERROR_DEVICE_LOST);
+    EXPECT_STATUS(fx.ops->stream_query(s), HAL_ERROR_DEVICE_LOST);
 
     /* Sticky: new data work is refused, callbacks still run and are told. */
-    T_EXPECT_STATUS(fx.ops->memcpy_async(s, &pb, &ps, sizeof(buf)), HAL_ERROR_DEVICE_LOST);
-    T_EXPECT_STATUS(fx.ops->memset_async(s, &pb, 0, sizeof(buf)), HAL_ERROR_DEVICE_LOST);
-    T_EXPECT_STATUS(t_enqueue_fn(s, status_fn, &skipped, 0), HAL_ERROR_DEVICE_LOST);
-    T_EXPECT_STATUS(fx.ops->stream_add_callback(s, status_cb, &cb_seen), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_synchronize(s), HAL_ERROR_DEVICE_LOST);
-    T_EXPECT(atomic_load(&cb_seen.calls) == 2);
+    EXPECT_STATUS(fx.ops->memcpy_async(s, &pb, &ps, sizeof(buf)), HAL_ERROR_DEVICE_LOST);
+    EXPECT_STATUS(fx.ops->memset_async(s, &pb, 0, sizeof(buf)), HAL_ERROR_DEVICE_LOST);
+    EXPECT_STATUS(t_enqueue_fn(s, status_fn, &skipped, 0), HAL_ERROR_DEVICE_LOST);
+    EXPECT_STATUS(fx.ops->stream_add_callback(s, status_cb, &cb_seen), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_synchronize(s), HAL_ERROR_DEVICE_LOST);
+    CTEST_EXPECT(atomic_load(&cb_seen.calls) == 2);
 
     /* A stream waiting on the failed stream's event is not failed by it. */
-    T_EXPECT_STATUS(fx.ops->stream_wait_event(healthy, ev), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->memcpy_async(healthy, &pb, &ps, sizeof(buf)), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_synchronize(healthy), HAL_OK);
-    T_EXPECT(buf[0] == 2);
+    EXPECT_STATUS(fx.ops->stream_wait_event(healthy, ev), HAL_OK);
+    EXPECT_STATUS(fx.ops->memcpy_async(healthy, &pb, &ps, sizeof(buf)), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_synchronize(healthy), HAL_OK);
+    CTEST_EXPECT(buf[0] == 2);
 
-    T_EXPECT_STATUS(fx.ops->device_synchronize(fx.dev[0]), HAL_ERROR_DEVICE_LOST);
+    EXPECT_STATUS(fx.ops->device_synchronize(fx.dev[0]), HAL_ERROR_DEVICE_LOST);
     t_clear_error();
-    T_EXPECT_STATUS(fx.ops->stream_destroy(s), HAL_ERROR_DEVICE_LOST);
-    T_EXPECT_MESSAGE("injected device loss");
-    T_EXPECT_STATUS(fx.ops->stream_destroy(healthy), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_destroy(s), HAL_ERROR_DEVICE_LOST);
+    EXPECT_MESSAGE("injected device loss");
+    EXPECT_STATUS(fx.ops->stream_destroy(healthy), HAL_OK);
     fx.ops->event_destroy(ev);
     th_gate_destroy(&gate);
     t_close(&fx);
-    T_RESULT();
+    return CTEST_PASS;
 }
 
 CTEST(CpuStream, TaskFunctionErrorsLatchWithTheirMessage)
 {
-    int t_failed = 0;
     t_fixture_t fx;
-    T_EXPECT_STATUS(t_open(&fx, "1", NULL, NULL, NULL), HAL_OK);
+    EXPECT_STATUS(t_open(&fx, "1", NULL, NULL, NULL), HAL_OK);
     void *s = NULL, *s2 = NULL;
-    T_EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &s), HAL_OK);
-    T_EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &s2), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &s), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_create(fx.dev[0], 0, &s2), HAL_OK);
     int step = 7;
-    T_EXPECT_STATUS(t_enqueue_fn(s, failing_fn, &step, 0), HAL_OK);
+    EXPECT_STATUS(t_enqueue_fn(s, failing_fn, &step, 0), HAL_OK);
     t_clear_error();
-    T_EXPECT_STATUS(fx.ops->stream_synchronize(s), HAL_ERROR_REMOTE);
-    T_EXPECT_MESSAGE("collective step 7 failed");
-    T_EXPECT_STATUS(t_enqueue_fn(s2, silent_failing_fn, NULL, 0), HAL_OK);
+    EXPECT_STATUS(fx.ops->stream_synchronize(s), HAL_ERROR_REMOTE);
+    EXPECT_MESSAGE("collective step 7 failed");
+    EXPECT_STATUS(t_enqueue_fn(s2, silent_failing_fn, NULL, 0), HAL_OK);
     t_clear_error();
-    T_EXPECT_STATUS(fx.ops->stream_synchronize(s2), HAL_ERROR_TIMEOUT);
-    T_EXPECT_MESSAGE("HAL_ERROR_TIMEOUT");
+    EXPECT_STATUS(fx.ops->stream_synchronize(s2), HAL_ERROR_TIMEOUT);
+    EXPECT_MESSAGE("HAL_ERROR_TIMEOUT");
     /* Outside a task, hq_task_error does nothing. */
     hq_task_error("ignored %d", 1);
-    T_EXPECT_STATUS(fx.ops->stream_destroy(s), HAL_ERROR_REMOTE);
-    T_EXPECT_STATUS(fx.ops->stream_destroy(s2), HAL_ERROR_TIMEOUT);
+    EXPECT_STATUS(fx.ops->stream_destroy(s), HAL_ERROR_REMOTE);
+    EXPECT_STATUS(fx.ops->stream_destroy(s2), HAL_ERROR_TIMEOUT);
     t_close(&fx);
-    T_RESULT();
+    return CTEST_PASS;
 }
 
 /* Many producers and streams at once, with cross-stream event dependencies: a workout for the
@@ -516,13 +507,12 @@ static void *query_thread(void *arg_)
 
 CTEST(CpuStream, ConcurrentProducersAndEvents)
 {
-    int t_failed = 0;
     t_fixture_t fx;
-    T_EXPECT_STATUS(t_open(&fx, "2", NULL, "2", NULL), HAL_OK);
+    EXPECT_STATUS(t_open(&fx, "2", NULL, "2", NULL), HAL_OK);
     enum { N = 4 };
     void *events[N];
     for (int i = 0; i < N; i++)
-        T_EXPECT_STATUS(fx.ops->event_create(fx.dev[i % 2], 0, &events[i]), HAL_OK);
+        EXPECT_STATUS(fx.ops->event_create(fx.dev[i % 2], 0, &events[i]), HAL_OK);
     stress_arg_t args[N];
     pthread_t th[N], qt;
     query_arg_t q = { &fx, events, N, 0 };
@@ -535,14 +525,14 @@ CTEST(CpuStream, ConcurrentProducersAndEvents)
     }
     for (int i = 0; i < N; i++) {
         pthread_join(th[i], NULL);
-        T_EXPECT(args[i].failures == 0);
+        CTEST_EXPECT(args[i].failures == 0);
     }
     atomic_store(&q.stop, 1);
     pthread_join(qt, NULL);
     for (int i = 0; i < N; i++) {
-        T_EXPECT_STATUS(fx.ops->event_query(events[i]), HAL_OK);
+        EXPECT_STATUS(fx.ops->event_query(events[i]), HAL_OK);
         fx.ops->event_destroy(events[i]);
     }
     t_close(&fx);
-    T_RESULT();
+    return CTEST_PASS;
 }

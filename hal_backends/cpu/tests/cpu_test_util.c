@@ -67,6 +67,7 @@ static hal_status_t open_fixture(t_fixture_t *fx, const hal_host_services_t *hos
                                  const char *spin_us)
 {
     memset(fx, 0, sizeof(*fx));
+    ctest_set_error_source(t_last_error); /* the backend's details land in t_host */
     t_set_env(devices, memory, concurrency, spin_us);
     hal_status_t st = hal_backend_get_ops(HAL_API_VERSION, &fx->ops);
     if (st != HAL_OK)
@@ -110,6 +111,7 @@ void t_close(t_fixture_t *fx)
     if (fx->backend != NULL)
         fx->ops->fini(fx->backend);
     memset(fx, 0, sizeof(*fx));
+    ctest_set_error_source(NULL);
 }
 
 /* Prepares an empty log. */

@@ -15,43 +15,16 @@
 #include "hal_backends/common/tests/hq_test_util.h" /* gates, polling, sleeping */
 #include "hal_backends/cpu/cpu_internal.h"
 #include "tools/ctest/ctest.h"
+#include "tools/ctest/ctest_status.h"
 
 /* Host services handed to init; set_error stores into t_last_error(). */
 extern const hal_host_services_t t_host;
 const char *t_last_error(void);
 void t_clear_error(void);
 
-/* Checks that do not return, so that a test can always open its gates and clean up; the test
- * ends with T_RESULT(). Each test declares `int t_failed = 0;`. */
-#define T_EXPECT(cond)                                                                     \
-    do {                                                                                   \
-        if (!(cond)) {                                                                     \
-            fprintf(stderr, "%s:%d: expectation failed: %s\n", __FILE__, __LINE__, #cond); \
-            t_failed = 1;                                                                  \
-        }                                                                                  \
-    } while (0)
-
-#define T_EXPECT_STATUS(call, expected)                                                            \
-    do {                                                                                           \
-        hal_status_t t_st_ = (call);                                                               \
-        if (t_st_ != (expected)) {                                                                 \
-            fprintf(stderr, "%s:%d: %s returned %s, expected %s (last error: \"%s\")\n", __FILE__, \
-                    __LINE__, #call, hq_status_name(t_st_), hq_status_name(expected),              \
-                    t_last_error());                                                               \
-            t_failed = 1;                                                                          \
-        }                                                                                          \
-    } while (0)
-
-#define T_EXPECT_MESSAGE(fragment)                                                          \
-    do {                                                                                    \
-        if (strstr(t_last_error(), (fragment)) == NULL) {                                   \
-            fprintf(stderr, "%s:%d: last error \"%s\" does not mention \"%s\"\n", __FILE__, \
-                    __LINE__, t_last_error(), (fragment));                                  \
-            t_failed = 1;                                                                   \
-        }                                                                                   \
-    } while (0)
-
-#define T_RESULT() return t_failed ? CTEST_FAIL : CTEST_PASS
+/* Checks record a failure and go on (EXPECT_*, CTEST_EXPECT: tools/ctest), so that a test can
+ * always open its gates and clean up; the last error they show is t_last_error() (t_open makes it
+ * the source). */
 
 /* An initialised backend with all its devices open. */
 #define T_MAX_DEVICES 4

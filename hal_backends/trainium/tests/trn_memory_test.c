@@ -47,20 +47,19 @@ enum { GUARD = 17, SLACK = 64 };
  *   -> pageable -> pinned (host to host) -> pageable. */
 static int roundtrip(fixture_t *fx, size_t n, hal_stream_t s, bool read_back_all)
 {
-    int tt_failed = 0;
     size_t total = n + SLACK;
     uint8_t *src = malloc(total), *out = malloc(total), *check = malloc(total);
     uint8_t *a0 = NULL, *b0 = NULL, *a1 = NULL, *b1 = NULL, *pin = NULL, *pin2 = NULL;
-    TT_EXPECT(src != NULL && out != NULL && check != NULL);
+    CTEST_EXPECT(src != NULL && out != NULL && check != NULL);
     if (src == NULL || out == NULL || check == NULL)
         goto out;
-    TT_EXPECT_OK(hal_mem_alloc(fx->dev[0], HAL_MEM_KIND_DEVICE, total, 0, (void **)&a0));
-    TT_EXPECT_OK(hal_mem_alloc(fx->dev[0], HAL_MEM_KIND_DEVICE, total, 0, (void **)&b0));
-    TT_EXPECT_OK(hal_mem_alloc(fx->dev[1], HAL_MEM_KIND_DEVICE, total, 0, (void **)&a1));
-    TT_EXPECT_OK(hal_mem_alloc(fx->dev[1], HAL_MEM_KIND_DEVICE, total, 0, (void **)&b1));
-    TT_EXPECT_OK(hal_mem_alloc(fx->dev[0], HAL_MEM_KIND_HOST_PINNED, total, 0, (void **)&pin));
-    TT_EXPECT_OK(hal_mem_alloc(fx->dev[1], HAL_MEM_KIND_HOST_PINNED, total, 0, (void **)&pin2));
-    if (tt_failed)
+    EXPECT_OK(hal_mem_alloc(fx->dev[0], HAL_MEM_KIND_DEVICE, total, 0, (void **)&a0));
+    EXPECT_OK(hal_mem_alloc(fx->dev[0], HAL_MEM_KIND_DEVICE, total, 0, (void **)&b0));
+    EXPECT_OK(hal_mem_alloc(fx->dev[1], HAL_MEM_KIND_DEVICE, total, 0, (void **)&a1));
+    EXPECT_OK(hal_mem_alloc(fx->dev[1], HAL_MEM_KIND_DEVICE, total, 0, (void **)&b1));
+    EXPECT_OK(hal_mem_alloc(fx->dev[0], HAL_MEM_KIND_HOST_PINNED, total, 0, (void **)&pin));
+    EXPECT_OK(hal_mem_alloc(fx->dev[1], HAL_MEM_KIND_HOST_PINNED, total, 0, (void **)&pin2));
+    if (ctest_failures_so_far())
         goto out;
     tt_fill(src, total, (uint32_t)n);
     memset(out, 0xEE, total);
@@ -68,31 +67,31 @@ static int roundtrip(fixture_t *fx, size_t n, hal_stream_t s, bool read_back_all
     memset(pin2, 0xEE, total);
     uint8_t *dev[] = { a0, b0, a1, b1 };
     for (int i = 0; i < 4; i++)
-        TT_EXPECT_OK(hal_memset_async(dev[i], 0xEE, total, s));
+        EXPECT_OK(hal_memset_async(dev[i], 0xEE, total, s));
 
-    TT_EXPECT_OK(hal_memcpy_async(a0 + GUARD, src + GUARD, n, s));   /* pageable -> device */
-    TT_EXPECT_OK(hal_memcpy_async(b0 + GUARD, a0 + GUARD, n, s));    /* same core */
-    TT_EXPECT_OK(hal_memcpy_async(a1 + GUARD, b0 + GUARD, n, s));    /* across cores */
-    TT_EXPECT_OK(hal_memcpy_async(pin + GUARD, a1 + GUARD, n, s));   /* device -> pinned */
-    TT_EXPECT_OK(hal_memcpy_async(b1 + GUARD, pin + GUARD, n, s));   /* pinned -> device */
-    TT_EXPECT_OK(hal_memcpy_async(out + GUARD, b1 + GUARD, n, s));   /* device -> pageable */
-    TT_EXPECT_OK(hal_memcpy_async(pin2 + GUARD, out + GUARD, n, s)); /* host -> host */
-    TT_EXPECT_OK(hal_stream_synchronize(s));
+    EXPECT_OK(hal_memcpy_async(a0 + GUARD, src + GUARD, n, s));   /* pageable -> device */
+    EXPECT_OK(hal_memcpy_async(b0 + GUARD, a0 + GUARD, n, s));    /* same core */
+    EXPECT_OK(hal_memcpy_async(a1 + GUARD, b0 + GUARD, n, s));    /* across cores */
+    EXPECT_OK(hal_memcpy_async(pin + GUARD, a1 + GUARD, n, s));   /* device -> pinned */
+    EXPECT_OK(hal_memcpy_async(b1 + GUARD, pin + GUARD, n, s));   /* pinned -> device */
+    EXPECT_OK(hal_memcpy_async(out + GUARD, b1 + GUARD, n, s));   /* device -> pageable */
+    EXPECT_OK(hal_memcpy_async(pin2 + GUARD, out + GUARD, n, s)); /* host -> host */
+    EXPECT_OK(hal_stream_synchronize(s));
 
     memcpy(check, src, total);
     memset(check, 0xEE, GUARD);
     memset(check + GUARD + n, 0xEE, total - GUARD - n);
-    TT_EXPECT(memcmp(out, check, total) == 0);
-    TT_EXPECT(memcmp(pin, check, total) == 0);
-    TT_EXPECT(memcmp(pin2, check, total) == 0);
+    CTEST_EXPECT(memcmp(out, check, total) == 0);
+    CTEST_EXPECT(memcmp(pin, check, total) == 0);
+    CTEST_EXPECT(memcmp(pin2, check, total) == 0);
     /* Every device buffer (or the last one only), guards included. */
     for (int i = read_back_all ? 0 : 3; i < 4; i++) {
         memset(out, 0, total);
-        TT_EXPECT_OK(hal_memcpy_async(out, dev[i], total, s));
-        TT_EXPECT_OK(hal_stream_synchronize(s));
+        EXPECT_OK(hal_memcpy_async(out, dev[i], total, s));
+        EXPECT_OK(hal_stream_synchronize(s));
         if (memcmp(out, check, total) != 0) {
             fprintf(stderr, "size %zu: device buffer %d differs\n", n, i);
-            tt_failed = 1;
+            ctest_record_failure();
         }
     }
 out:
@@ -105,23 +104,22 @@ out:
     free(src);
     free(out);
     free(check);
-    return tt_failed;
+    return ctest_failures_so_far();
 }
 
 /* On a stream of either core (the copies touch memory of both), unless `quick`. */
 static int roundtrip_test(size_t n, bool quick)
 {
-    int tt_failed = 0;
     fixture_t fx;
     tt_env_reset();
-    TT_EXPECT_OK(fx_open(&fx));
-    if (!tt_failed) {
+    EXPECT_OK(fx_open(&fx));
+    if (!ctest_failures_so_far()) {
         if (!quick)
-            tt_failed |= roundtrip(&fx, n, fx.s[0], true);
-        tt_failed |= roundtrip(&fx, n, fx.s[1], !quick);
+            (void)roundtrip(&fx, n, fx.s[0], true);
+        (void)roundtrip(&fx, n, fx.s[1], !quick);
     }
     fx_close(&fx);
-    TT_RESULT();
+    return CTEST_PASS;
 }
 
 CTEST(TrnMemory, RoundTrip1)
@@ -150,28 +148,27 @@ CTEST(TrnMemory, RoundTrip64MiB)
  * pointers. */
 CTEST(TrnMemory, RoundTrip0)
 {
-    int tt_failed = 0;
     fixture_t fx;
     tt_env_reset();
-    TT_EXPECT_OK(fx_open(&fx));
+    EXPECT_OK(fx_open(&fx));
     void *p = (void *)1;
-    TT_EXPECT_OK(hal_mem_alloc(fx.dev[0], HAL_MEM_KIND_DEVICE, 0, 0, &p));
-    TT_EXPECT(p == NULL);
+    EXPECT_OK(hal_mem_alloc(fx.dev[0], HAL_MEM_KIND_DEVICE, 0, 0, &p));
+    CTEST_EXPECT(p == NULL);
     p = (void *)1;
-    TT_EXPECT_OK(hal_mem_alloc(fx.dev[0], HAL_MEM_KIND_HOST_PINNED, 0, 0, &p));
-    TT_EXPECT(p == NULL);
+    EXPECT_OK(hal_mem_alloc(fx.dev[0], HAL_MEM_KIND_HOST_PINNED, 0, 0, &p));
+    CTEST_EXPECT(p == NULL);
     uint8_t *d = NULL, host[8];
-    TT_EXPECT_OK(hal_mem_alloc(fx.dev[0], HAL_MEM_KIND_DEVICE, 64, 0, (void **)&d));
-    TT_EXPECT_OK(hal_memcpy_async(NULL, NULL, 0, fx.s[0]));
-    TT_EXPECT_OK(hal_memcpy_async(d, host, 0, fx.s[0]));
-    TT_EXPECT_OK(hal_memcpy_async(host, d, 0, fx.s[0]));
-    TT_EXPECT_OK(hal_memcpy_async(d + 64, d, 0, fx.s[0]));
-    TT_EXPECT_OK(hal_memset_async(d, 1, 0, fx.s[0]));
-    TT_EXPECT_OK(hal_memset_async(NULL, 1, 0, fx.s[0]));
-    TT_EXPECT_OK(hal_stream_synchronize(fx.s[0]));
-    TT_EXPECT_OK(hal_mem_free(d));
+    EXPECT_OK(hal_mem_alloc(fx.dev[0], HAL_MEM_KIND_DEVICE, 64, 0, (void **)&d));
+    EXPECT_OK(hal_memcpy_async(NULL, NULL, 0, fx.s[0]));
+    EXPECT_OK(hal_memcpy_async(d, host, 0, fx.s[0]));
+    EXPECT_OK(hal_memcpy_async(host, d, 0, fx.s[0]));
+    EXPECT_OK(hal_memcpy_async(d + 64, d, 0, fx.s[0]));
+    EXPECT_OK(hal_memset_async(d, 1, 0, fx.s[0]));
+    EXPECT_OK(hal_memset_async(NULL, 1, 0, fx.s[0]));
+    EXPECT_OK(hal_stream_synchronize(fx.s[0]));
+    EXPECT_OK(hal_mem_free(d));
     fx_close(&fx);
-    TT_RESULT();
+    return CTEST_PASS;
 }
 
 /* ---- same core vs. across cores ------------------------------------------------------------ */
@@ -182,7 +179,6 @@ CTEST(TrnMemory, RoundTrip0)
  * cross-core one does. */
 CTEST(TrnMemory, SameCoreUsesTensorCopyCrossCoreIsStaged)
 {
-    int tt_failed = 0;
     TT_REQUIRE_EMULATOR();
     static const struct {
         const char *faults;
@@ -200,65 +196,64 @@ CTEST(TrnMemory, SameCoreUsesTensorCopyCrossCoreIsStaged)
         fixture_t fx;
         tt_env_reset();
         tt_setenv("NEURON_EMU_FAULTS", cases[i].faults);
-        TT_EXPECT_OK(fx_open(&fx));
-        if (tt_failed) {
+        EXPECT_OK(fx_open(&fx));
+        if (ctest_failures_so_far()) {
             fx_close(&fx);
             break;
         }
         uint8_t *a0 = NULL, *b0 = NULL, *a1 = NULL, host[1000];
-        TT_EXPECT_OK(hal_mem_alloc(fx.dev[0], HAL_MEM_KIND_DEVICE, 4096, 0, (void **)&a0));
-        TT_EXPECT_OK(hal_mem_alloc(fx.dev[0], HAL_MEM_KIND_DEVICE, 4096, 0, (void **)&b0));
-        TT_EXPECT_OK(hal_mem_alloc(fx.dev[1], HAL_MEM_KIND_DEVICE, 4096, 0, (void **)&a1));
+        EXPECT_OK(hal_mem_alloc(fx.dev[0], HAL_MEM_KIND_DEVICE, 4096, 0, (void **)&a0));
+        EXPECT_OK(hal_mem_alloc(fx.dev[0], HAL_MEM_KIND_DEVICE, 4096, 0, (void **)&b0));
+        EXPECT_OK(hal_mem_alloc(fx.dev[1], HAL_MEM_KIND_DEVICE, 4096, 0, (void **)&a1));
         /* One read is spent here, so the read plan fails the next one. */
-        TT_EXPECT_OK(hal_memcpy_async(host, a0, sizeof(host), fx.s[0]));
-        TT_EXPECT_OK(hal_stream_synchronize(fx.s[0]));
+        EXPECT_OK(hal_memcpy_async(host, a0, sizeof(host), fx.s[0]));
+        EXPECT_OK(hal_stream_synchronize(fx.s[0]));
 
         hal_stream_t same = NULL, cross = NULL;
-        TT_EXPECT_OK(hal_stream_create(fx.dev[0], 0, &same));
-        TT_EXPECT_OK(hal_stream_create(fx.dev[1], 0, &cross));
-        TT_EXPECT_OK(hal_memcpy_async(b0 + 16, a0 + 8, 1000, same));
+        EXPECT_OK(hal_stream_create(fx.dev[0], 0, &same));
+        EXPECT_OK(hal_stream_create(fx.dev[1], 0, &cross));
+        EXPECT_OK(hal_memcpy_async(b0 + 16, a0 + 8, 1000, same));
         hal_status_t st = hal_stream_synchronize(same);
-        TT_EXPECT(st == (cases[i].same_core_fails ? HAL_ERROR_BACKEND_SPECIFIC : HAL_OK));
+        CTEST_EXPECT(st == (cases[i].same_core_fails ? HAL_ERROR_BACKEND_SPECIFIC : HAL_OK));
         if (cases[i].same_core_fails)
-            TT_EXPECT_MESSAGE(cases[i].call);
-        TT_EXPECT_OK(hal_memcpy_async(a1 + 16, a0 + 8, 1000, cross));
+            EXPECT_MESSAGE(cases[i].call);
+        EXPECT_OK(hal_memcpy_async(a1 + 16, a0 + 8, 1000, cross));
         st = hal_stream_synchronize(cross);
-        TT_EXPECT(st == (cases[i].cross_core_fails ? HAL_ERROR_BACKEND_SPECIFIC : HAL_OK));
+        CTEST_EXPECT(st == (cases[i].cross_core_fails ? HAL_ERROR_BACKEND_SPECIFIC : HAL_OK));
         if (cases[i].cross_core_fails) {
-            TT_EXPECT_MESSAGE(cases[i].call);
-            TT_EXPECT_MESSAGE("staging a copy from NeuronCore 0 to NeuronCore 1");
+            EXPECT_MESSAGE(cases[i].call);
+            EXPECT_MESSAGE("staging a copy from NeuronCore 0 to NeuronCore 1");
         }
         hal_stream_destroy(same);
         hal_stream_destroy(cross);
         fx_close(&fx);
     }
-    TT_RESULT();
+    return CTEST_PASS;
 }
 
 /* Copies in both directions between cores, from streams of either core, at interior offsets. */
 CTEST(TrnMemory, CrossCoreCopiesBothWays)
 {
-    int tt_failed = 0;
     fixture_t fx;
     tt_env_reset();
-    TT_EXPECT_OK(fx_open(&fx));
+    EXPECT_OK(fx_open(&fx));
     enum { N = 100000 };
     uint8_t *a = NULL, *b = NULL;
     uint8_t *host = malloc(N), *back = malloc(N);
-    TT_EXPECT(host != NULL && back != NULL);
-    TT_EXPECT_OK(hal_mem_alloc(fx.dev[0], HAL_MEM_KIND_DEVICE, N + 100, 0, (void **)&a));
-    TT_EXPECT_OK(hal_mem_alloc(fx.dev[1], HAL_MEM_KIND_DEVICE, N + 100, 0, (void **)&b));
-    if (!tt_failed) {
+    CTEST_EXPECT(host != NULL && back != NULL);
+    EXPECT_OK(hal_mem_alloc(fx.dev[0], HAL_MEM_KIND_DEVICE, N + 100, 0, (void **)&a));
+    EXPECT_OK(hal_mem_alloc(fx.dev[1], HAL_MEM_KIND_DEVICE, N + 100, 0, (void **)&b));
+    if (!ctest_failures_so_far()) {
         tt_fill(host, N, 7);
         for (int dir = 0; dir < 2; dir++) {
             uint8_t *from = dir == 0 ? a : b, *to = dir == 0 ? b : a;
             hal_stream_t s = fx.s[1 - dir]; /* 0 -> 1 on core 1's stream, 1 -> 0 on core 0's */
             memset(back, 0, N);
-            TT_EXPECT_OK(hal_memcpy_async(from + 33, host, N, s));
-            TT_EXPECT_OK(hal_memcpy_async(to + 99, from + 33, N, s));
-            TT_EXPECT_OK(hal_memcpy_async(back, to + 99, N, s));
-            TT_EXPECT_OK(hal_stream_synchronize(s));
-            TT_EXPECT(tt_mismatch(back, N, 7) == N);
+            EXPECT_OK(hal_memcpy_async(from + 33, host, N, s));
+            EXPECT_OK(hal_memcpy_async(to + 99, from + 33, N, s));
+            EXPECT_OK(hal_memcpy_async(back, to + 99, N, s));
+            EXPECT_OK(hal_stream_synchronize(s));
+            CTEST_EXPECT(tt_mismatch(back, N, 7) == N);
         }
     }
     hal_mem_free(a);
@@ -266,36 +261,35 @@ CTEST(TrnMemory, CrossCoreCopiesBothWays)
     free(host);
     free(back);
     fx_close(&fx);
-    TT_RESULT();
+    return CTEST_PASS;
 }
 
 /* ---- memset -------------------------------------------------------------------------------- */
 
 CTEST(TrnMemory, Memset)
 {
-    int tt_failed = 0;
     fixture_t fx;
     tt_env_reset();
-    TT_EXPECT_OK(fx_open(&fx));
+    EXPECT_OK(fx_open(&fx));
     enum { N = 3 * 4096 + 5 };
     uint8_t *d = NULL, *pin = NULL, host[N];
-    TT_EXPECT_OK(hal_mem_alloc(fx.dev[1], HAL_MEM_KIND_DEVICE, N, 0, (void **)&d));
-    TT_EXPECT_OK(hal_mem_alloc(fx.dev[1], HAL_MEM_KIND_HOST_PINNED, N, 0, (void **)&pin));
-    if (!tt_failed) {
-        TT_EXPECT_OK(hal_memset_async(d, 0x11, N, fx.s[0]));
-        TT_EXPECT_OK(hal_memset_async(d + 4097, 0x1ff, 100, fx.s[0])); /* (uint8_t)value */
-        TT_EXPECT_OK(hal_memset_async(pin, 0x22, N, fx.s[0]));
-        TT_EXPECT_OK(hal_memcpy_async(host, d, N, fx.s[0]));
-        TT_EXPECT_OK(hal_stream_synchronize(fx.s[0]));
-        TT_EXPECT(tt_find_other(host, 4097, 0x11) == 4097);
-        TT_EXPECT(tt_find_other(host + 4097, 100, 0xff) == 100);
-        TT_EXPECT(tt_find_other(host + 4197, N - 4197, 0x11) == N - 4197);
-        TT_EXPECT(tt_find_other(pin, N, 0x22) == N);
+    EXPECT_OK(hal_mem_alloc(fx.dev[1], HAL_MEM_KIND_DEVICE, N, 0, (void **)&d));
+    EXPECT_OK(hal_mem_alloc(fx.dev[1], HAL_MEM_KIND_HOST_PINNED, N, 0, (void **)&pin));
+    if (!ctest_failures_so_far()) {
+        EXPECT_OK(hal_memset_async(d, 0x11, N, fx.s[0]));
+        EXPECT_OK(hal_memset_async(d + 4097, 0x1ff, 100, fx.s[0])); /* (uint8_t)value */
+        EXPECT_OK(hal_memset_async(pin, 0x22, N, fx.s[0]));
+        EXPECT_OK(hal_memcpy_async(host, d, N, fx.s[0]));
+        EXPECT_OK(hal_stream_synchronize(fx.s[0]));
+        CTEST_EXPECT(tt_find_other(host, 4097, 0x11) == 4097);
+        CTEST_EXPECT(tt_find_other(host + 4097, 100, 0xff) == 100);
+        CTEST_EXPECT(tt_find_other(host + 4197, N - 4197, 0x11) == N - 4197);
+        CTEST_EXPECT(tt_find_other(pin, N, 0x22) == N);
     }
     hal_mem_free(d);
     hal_mem_free(pin);
     fx_close(&fx);
-    TT_RESULT();
+    return CTEST_PASS;
 }
 
 /* ---- pointers ------------------------------------------------------------------------------ */
@@ -303,148 +297,144 @@ CTEST(TrnMemory, Memset)
 static int check_info(const void *p, hal_mem_kind_t kind, hal_device_t dev, const void *base,
                       size_t size)
 {
-    int tt_failed = 0;
     hal_mem_info_t info = HAL_MEM_INFO_INIT;
-    TT_EXPECT_OK(hal_mem_get_info(p, &info));
-    TT_EXPECT(info.kind == kind);
-    TT_EXPECT(info.device == dev);
-    TT_EXPECT(info.base == base);
-    TT_EXPECT(info.size == size);
-    if (tt_failed)
+    EXPECT_OK(hal_mem_get_info(p, &info));
+    CTEST_EXPECT(info.kind == kind);
+    CTEST_EXPECT(info.device == dev);
+    CTEST_EXPECT(info.base == base);
+    CTEST_EXPECT(info.size == size);
+    if (ctest_failures_so_far())
         fprintf(stderr, "check_info(%p): kind %d device %p base %p size %zu\n", p, (int)info.kind,
                 (void *)info.device, info.base, info.size);
-    return tt_failed;
+    return ctest_failures_so_far();
 }
 
 /* hal_mem_get_info on interior pointers of device and pinned memory; the addresses are the
  * runtime's device addresses (nrt_tensor_get_va) and work with offset arithmetic. */
 CTEST(TrnMemory, InteriorPointers)
 {
-    int tt_failed = 0;
     fixture_t fx;
     tt_env_reset();
-    TT_EXPECT_OK(fx_open(&fx));
+    EXPECT_OK(fx_open(&fx));
     enum { N = 10000 };
     uint8_t *d = NULL, *pin = NULL, host[N], back[N];
-    TT_EXPECT_OK(hal_mem_alloc(fx.dev[1], HAL_MEM_KIND_DEVICE, N, 0, (void **)&d));
-    TT_EXPECT_OK(hal_mem_alloc(fx.dev[0], HAL_MEM_KIND_HOST_PINNED, N, 0, (void **)&pin));
-    if (!tt_failed) {
+    EXPECT_OK(hal_mem_alloc(fx.dev[1], HAL_MEM_KIND_DEVICE, N, 0, (void **)&d));
+    EXPECT_OK(hal_mem_alloc(fx.dev[0], HAL_MEM_KIND_HOST_PINNED, N, 0, (void **)&pin));
+    if (!ctest_failures_so_far()) {
         static const size_t offsets[] = { 0, 1, 4095, 4096, N - 1 };
         for (size_t i = 0; i < sizeof(offsets) / sizeof(offsets[0]); i++) {
-            tt_failed |= check_info(d + offsets[i], HAL_MEM_KIND_DEVICE, fx.dev[1], d, N);
-            tt_failed |= check_info(pin + offsets[i], HAL_MEM_KIND_HOST_PINNED, fx.dev[0], pin, N);
+            (void)check_info(d + offsets[i], HAL_MEM_KIND_DEVICE, fx.dev[1], d, N);
+            (void)check_info(pin + offsets[i], HAL_MEM_KIND_HOST_PINNED, fx.dev[0], pin, N);
         }
         /* One past the end is not in the allocation. */
         hal_mem_info_t info = HAL_MEM_INFO_INIT;
-        TT_EXPECT_OK(hal_mem_get_info(d + N, &info));
-        TT_EXPECT(info.base != d);
-        TT_EXPECT_OK(hal_mem_get_info(host, &info));
-        TT_EXPECT(info.kind == HAL_MEM_KIND_UNREGISTERED && info.device == NULL);
+        EXPECT_OK(hal_mem_get_info(d + N, &info));
+        CTEST_EXPECT(info.base != d);
+        EXPECT_OK(hal_mem_get_info(host, &info));
+        CTEST_EXPECT(info.kind == HAL_MEM_KIND_UNREGISTERED && info.device == NULL);
 
         /* Offsets are honoured by every call that takes the pointer. */
         tt_fill(host, N, 3);
-        TT_EXPECT_OK(hal_memset_async(d, 0, N, fx.s[1]));
-        TT_EXPECT_OK(hal_memcpy_async(d + 4321, host, 1000, fx.s[1]));
-        TT_EXPECT_OK(hal_memcpy_async(d + 1, d + 4321, 1000, fx.s[1]));
-        TT_EXPECT_OK(hal_memcpy_async(back, d + 1, 1000, fx.s[1]));
-        TT_EXPECT_OK(hal_memcpy_async(back + 1000, d, 1, fx.s[1]));
-        TT_EXPECT_OK(hal_stream_synchronize(fx.s[1]));
-        TT_EXPECT(tt_mismatch(back, 1000, 3) == 1000);
-        TT_EXPECT(back[1000] == 0);
+        EXPECT_OK(hal_memset_async(d, 0, N, fx.s[1]));
+        EXPECT_OK(hal_memcpy_async(d + 4321, host, 1000, fx.s[1]));
+        EXPECT_OK(hal_memcpy_async(d + 1, d + 4321, 1000, fx.s[1]));
+        EXPECT_OK(hal_memcpy_async(back, d + 1, 1000, fx.s[1]));
+        EXPECT_OK(hal_memcpy_async(back + 1000, d, 1, fx.s[1]));
+        EXPECT_OK(hal_stream_synchronize(fx.s[1]));
+        CTEST_EXPECT(tt_mismatch(back, 1000, 3) == 1000);
+        CTEST_EXPECT(back[1000] == 0);
     }
     hal_mem_free(d);
     hal_mem_free(pin);
     fx_close(&fx);
-    TT_RESULT();
+    return CTEST_PASS;
 }
 
 /* Bad input gives clear errors and does nothing. */
 CTEST(TrnMemory, BadInput)
 {
-    int tt_failed = 0;
     fixture_t fx;
     tt_env_reset();
-    TT_EXPECT_OK(fx_open(&fx));
+    EXPECT_OK(fx_open(&fx));
     enum { N = 4096 };
     uint8_t *d = NULL, *d1 = NULL, host[N];
-    TT_EXPECT_OK(hal_mem_alloc(fx.dev[0], HAL_MEM_KIND_DEVICE, N, 0, (void **)&d));
-    TT_EXPECT_OK(hal_mem_alloc(fx.dev[1], HAL_MEM_KIND_DEVICE, N, 0, (void **)&d1));
+    EXPECT_OK(hal_mem_alloc(fx.dev[0], HAL_MEM_KIND_DEVICE, N, 0, (void **)&d));
+    EXPECT_OK(hal_mem_alloc(fx.dev[1], HAL_MEM_KIND_DEVICE, N, 0, (void **)&d1));
     hal_stream_t s = fx.s[0];
 
-    TT_EXPECT_STATUS(hal_memcpy_async(NULL, host, 16, s), HAL_ERROR_INVALID_ARGUMENT);
-    TT_EXPECT_MESSAGE("dst is NULL");
-    TT_EXPECT_STATUS(hal_memcpy_async(d, NULL, 16, s), HAL_ERROR_INVALID_ARGUMENT);
-    TT_EXPECT_MESSAGE("src is NULL");
+    EXPECT_STATUS(hal_memcpy_async(NULL, host, 16, s), HAL_ERROR_INVALID_ARGUMENT);
+    EXPECT_MESSAGE("dst is NULL");
+    EXPECT_STATUS(hal_memcpy_async(d, NULL, 16, s), HAL_ERROR_INVALID_ARGUMENT);
+    EXPECT_MESSAGE("src is NULL");
     /* Interior pointers whose range runs past the end. */
-    TT_EXPECT_STATUS(hal_memcpy_async(d + N - 10, host, 11, s), HAL_ERROR_INVALID_ARGUMENT);
-    TT_EXPECT_MESSAGE("runs past the end of its allocation");
-    TT_EXPECT_STATUS(hal_memcpy_async(host, d1 + 1, N, s), HAL_ERROR_INVALID_ARGUMENT);
-    TT_EXPECT_MESSAGE("runs past the end of its allocation");
-    TT_EXPECT_STATUS(hal_memcpy_async(d1 + N / 2, d + N / 2, N / 2 + 1, s),
-                     HAL_ERROR_INVALID_ARGUMENT);
-    TT_EXPECT_STATUS(hal_memset_async(d + 1, 0, N, s), HAL_ERROR_INVALID_ARGUMENT);
-    TT_EXPECT_MESSAGE("runs past the end of its allocation");
-    TT_EXPECT_STATUS(hal_memcpy_async(d + 8, d, 16, s), HAL_ERROR_INVALID_ARGUMENT);
-    TT_EXPECT_MESSAGE("overlap");
-    TT_EXPECT_STATUS(hal_memset_async(host, 0, 16, s), HAL_ERROR_INVALID_ARGUMENT);
-    TT_EXPECT_MESSAGE("not memory allocated through the HAL");
+    EXPECT_STATUS(hal_memcpy_async(d + N - 10, host, 11, s), HAL_ERROR_INVALID_ARGUMENT);
+    EXPECT_MESSAGE("runs past the end of its allocation");
+    EXPECT_STATUS(hal_memcpy_async(host, d1 + 1, N, s), HAL_ERROR_INVALID_ARGUMENT);
+    EXPECT_MESSAGE("runs past the end of its allocation");
+    EXPECT_STATUS(hal_memcpy_async(d1 + N / 2, d + N / 2, N / 2 + 1, s),
+                  HAL_ERROR_INVALID_ARGUMENT);
+    EXPECT_STATUS(hal_memset_async(d + 1, 0, N, s), HAL_ERROR_INVALID_ARGUMENT);
+    EXPECT_MESSAGE("runs past the end of its allocation");
+    EXPECT_STATUS(hal_memcpy_async(d + 8, d, 16, s), HAL_ERROR_INVALID_ARGUMENT);
+    EXPECT_MESSAGE("overlap");
+    EXPECT_STATUS(hal_memset_async(host, 0, 16, s), HAL_ERROR_INVALID_ARGUMENT);
+    EXPECT_MESSAGE("not memory allocated through the HAL");
     /* Cross-core misuse: recording an event of core 1 on a stream of core 0. */
     hal_event_t e1 = NULL;
-    TT_EXPECT_OK(hal_event_create(fx.dev[1], 0, &e1));
-    TT_EXPECT_STATUS(hal_event_record(e1, s), HAL_ERROR_INVALID_ARGUMENT);
-    TT_EXPECT_MESSAGE("the event belongs to device 1, the stream to device 0");
-    TT_EXPECT_OK(hal_event_destroy(e1));
+    EXPECT_OK(hal_event_create(fx.dev[1], 0, &e1));
+    EXPECT_STATUS(hal_event_record(e1, s), HAL_ERROR_INVALID_ARGUMENT);
+    EXPECT_MESSAGE("the event belongs to device 1, the stream to device 0");
+    EXPECT_OK(hal_event_destroy(e1));
     /* None of that broke the stream. */
-    TT_EXPECT_OK(hal_memset_async(d, 5, N, s));
-    TT_EXPECT_OK(hal_memcpy_async(host, d, N, s));
-    TT_EXPECT_OK(hal_stream_synchronize(s));
-    TT_EXPECT(tt_find_other(host, N, 5) == N);
+    EXPECT_OK(hal_memset_async(d, 5, N, s));
+    EXPECT_OK(hal_memcpy_async(host, d, N, s));
+    EXPECT_OK(hal_stream_synchronize(s));
+    CTEST_EXPECT(tt_find_other(host, N, 5) == N);
 
     /* Frees: interior pointer, double free, never allocated. */
-    TT_EXPECT_STATUS(hal_mem_free(d + 1), HAL_ERROR_INVALID_ARGUMENT);
-    TT_EXPECT_MESSAGE("interior pointer");
-    TT_EXPECT_OK(hal_mem_free(d));
-    TT_EXPECT_STATUS(hal_mem_free(d), HAL_ERROR_INVALID_ARGUMENT);
-    TT_EXPECT_STATUS(hal_mem_free(host), HAL_ERROR_INVALID_ARGUMENT);
+    EXPECT_STATUS(hal_mem_free(d + 1), HAL_ERROR_INVALID_ARGUMENT);
+    EXPECT_MESSAGE("interior pointer");
+    EXPECT_OK(hal_mem_free(d));
+    EXPECT_STATUS(hal_mem_free(d), HAL_ERROR_INVALID_ARGUMENT);
+    EXPECT_STATUS(hal_mem_free(host), HAL_ERROR_INVALID_ARGUMENT);
     /* A freed device address is no longer device memory. */
     hal_mem_info_t info = HAL_MEM_INFO_INIT;
-    TT_EXPECT_OK(hal_mem_get_info(d, &info));
-    TT_EXPECT(info.base != d || info.kind != HAL_MEM_KIND_DEVICE);
-    TT_EXPECT_OK(hal_mem_free(d1));
-    TT_EXPECT_STATUS(hal_mem_free(d1), HAL_ERROR_INVALID_ARGUMENT);
+    EXPECT_OK(hal_mem_get_info(d, &info));
+    CTEST_EXPECT(info.base != d || info.kind != HAL_MEM_KIND_DEVICE);
+    EXPECT_OK(hal_mem_free(d1));
+    EXPECT_STATUS(hal_mem_free(d1), HAL_ERROR_INVALID_ARGUMENT);
     fx_close(&fx);
-    TT_RESULT();
+    return CTEST_PASS;
 }
 
 /* hal_mem_free first waits for queued work that still uses the memory. */
 CTEST(TrnMemory, FreeWaitsForQueuedWork)
 {
-    int tt_failed = 0;
     fixture_t fx;
     tt_env_reset();
-    TT_EXPECT_OK(fx_open(&fx));
+    EXPECT_OK(fx_open(&fx));
     enum { N = 1 << 16 };
     uint8_t *d = NULL, *host = malloc(N), *back = malloc(N);
-    TT_EXPECT(host != NULL && back != NULL);
-    TT_EXPECT_OK(hal_mem_alloc(fx.dev[0], HAL_MEM_KIND_DEVICE, N, 0, (void **)&d));
-    if (!tt_failed) {
+    CTEST_EXPECT(host != NULL && back != NULL);
+    EXPECT_OK(hal_mem_alloc(fx.dev[0], HAL_MEM_KIND_DEVICE, N, 0, (void **)&d));
+    if (!ctest_failures_so_far()) {
         tt_gate_t gate;
         tt_gate_init(&gate);
         tt_fill(host, N, 9);
-        TT_EXPECT_OK(hal_memcpy_async(d, host, N, fx.s[0]));
-        TT_EXPECT_OK(hal_stream_add_callback(fx.s[0], tt_gate_cb, &gate));
-        TT_EXPECT_OK(hal_memcpy_async(back, d, N, fx.s[0]));
-        TT_EXPECT(tt_gate_wait_entered(&gate));
-        TT_EXPECT(hal_stream_query(fx.s[0]) == HAL_NOT_READY);
+        EXPECT_OK(hal_memcpy_async(d, host, N, fx.s[0]));
+        EXPECT_OK(hal_stream_add_callback(fx.s[0], tt_gate_cb, &gate));
+        EXPECT_OK(hal_memcpy_async(back, d, N, fx.s[0]));
+        CTEST_EXPECT(tt_gate_wait_entered(&gate));
+        CTEST_EXPECT(hal_stream_query(fx.s[0]) == HAL_NOT_READY);
         /* The free blocks until the gate opens and the copy out of d has run. */
         pthread_t opener;
         bool started = tt_gate_open_after(&gate, 50, &opener);
-        TT_EXPECT(started);
+        CTEST_EXPECT(started);
         if (!started)
             tt_gate_open(&gate);
-        TT_EXPECT_OK(hal_mem_free(d));
-        TT_EXPECT(tt_mismatch(back, N, 9) == N);
-        TT_EXPECT_OK(hal_stream_query(fx.s[0]));
+        EXPECT_OK(hal_mem_free(d));
+        CTEST_EXPECT(tt_mismatch(back, N, 9) == N);
+        EXPECT_OK(hal_stream_query(fx.s[0]));
         if (started)
             pthread_join(opener, NULL);
         tt_gate_destroy(&gate);
@@ -452,58 +442,57 @@ CTEST(TrnMemory, FreeWaitsForQueuedWork)
     free(host);
     free(back);
     fx_close(&fx);
-    TT_RESULT();
+    return CTEST_PASS;
 }
 
 /* ---- out of memory ------------------------------------------------------------------------- */
 
 CTEST(TrnMemory, OutOfDeviceMemoryNamesTheCall)
 {
-    int tt_failed = 0;
     TT_REQUIRE_EMULATOR();
     fixture_t fx;
     tt_env_reset();
     tt_setenv("NEURON_EMU_HBM_BYTES", "1M");
-    TT_EXPECT_OK(fx_open(&fx));
+    EXPECT_OK(fx_open(&fx));
     void *a = NULL, *b = NULL, *c = NULL;
-    TT_EXPECT_STATUS(hal_mem_alloc(fx.dev[0], HAL_MEM_KIND_DEVICE, 2u << 20, 0, &a),
-                     HAL_ERROR_OUT_OF_DEVICE_MEMORY);
-    TT_EXPECT_MESSAGE("trainium: hal_mem_alloc: nrt_tensor_allocate(DEVICE, vnc 0, 2097152) "
-                      "returned NRT_RESOURCE (4): out of device memory (NeuronCore 0: 0 of "
-                      "1048576 bytes in use)");
-    TT_EXPECT(a == NULL);
-    TT_EXPECT_OK(hal_mem_alloc(fx.dev[0], HAL_MEM_KIND_DEVICE, 768u << 10, 0, &a));
-    TT_EXPECT_STATUS(hal_mem_alloc(fx.dev[0], HAL_MEM_KIND_DEVICE, 512u << 10, 0, &b),
-                     HAL_ERROR_OUT_OF_DEVICE_MEMORY);
-    TT_EXPECT_MESSAGE("786432 of 1048576 bytes in use");
+    EXPECT_STATUS(hal_mem_alloc(fx.dev[0], HAL_MEM_KIND_DEVICE, 2u << 20, 0, &a),
+                  HAL_ERROR_OUT_OF_DEVICE_MEMORY);
+    EXPECT_MESSAGE("trainium: hal_mem_alloc: nrt_tensor_allocate(DEVICE, vnc 0, 2097152) "
+                   "returned NRT_RESOURCE (4): out of device memory (NeuronCore 0: 0 of "
+                   "1048576 bytes in use)");
+    CTEST_EXPECT(a == NULL);
+    EXPECT_OK(hal_mem_alloc(fx.dev[0], HAL_MEM_KIND_DEVICE, 768u << 10, 0, &a));
+    EXPECT_STATUS(hal_mem_alloc(fx.dev[0], HAL_MEM_KIND_DEVICE, 512u << 10, 0, &b),
+                  HAL_ERROR_OUT_OF_DEVICE_MEMORY);
+    EXPECT_MESSAGE("786432 of 1048576 bytes in use");
     hal_mem_stats_t stats = HAL_MEM_STATS_INIT;
-    TT_EXPECT_OK(hal_device_get_mem_stats(fx.dev[0], &stats));
-    TT_EXPECT(stats.device_bytes_limit == (1u << 20));
-    TT_EXPECT(stats.device_bytes_free == (256u << 10));
+    EXPECT_OK(hal_device_get_mem_stats(fx.dev[0], &stats));
+    CTEST_EXPECT(stats.device_bytes_limit == (1u << 20));
+    CTEST_EXPECT(stats.device_bytes_free == (256u << 10));
     /* The other core has its own memory. */
-    TT_EXPECT_OK(hal_mem_alloc(fx.dev[1], HAL_MEM_KIND_DEVICE, 768u << 10, 0, &c));
+    EXPECT_OK(hal_mem_alloc(fx.dev[1], HAL_MEM_KIND_DEVICE, 768u << 10, 0, &c));
     /* Pinned memory is host memory: not limited by the cores'. */
     void *pin = NULL;
-    TT_EXPECT_OK(hal_mem_alloc(fx.dev[0], HAL_MEM_KIND_HOST_PINNED, 4u << 20, 0, &pin));
-    TT_EXPECT_OK(hal_mem_free(pin));
+    EXPECT_OK(hal_mem_alloc(fx.dev[0], HAL_MEM_KIND_HOST_PINNED, 4u << 20, 0, &pin));
+    EXPECT_OK(hal_mem_free(pin));
     /* Freed memory can be allocated again. */
-    TT_EXPECT_OK(hal_mem_free(a));
-    TT_EXPECT_OK(hal_mem_alloc(fx.dev[0], HAL_MEM_KIND_DEVICE, 1u << 20, 0, &b));
-    TT_EXPECT_OK(hal_mem_free(b));
-    TT_EXPECT_OK(hal_mem_free(c));
+    EXPECT_OK(hal_mem_free(a));
+    EXPECT_OK(hal_mem_alloc(fx.dev[0], HAL_MEM_KIND_DEVICE, 1u << 20, 0, &b));
+    EXPECT_OK(hal_mem_free(b));
+    EXPECT_OK(hal_mem_free(c));
     fx_close(&fx);
 
     /* An injected allocation failure is out of memory too. */
     tt_env_reset();
     tt_setenv("NEURON_EMU_FAULTS", "alloc_fail_after=1");
-    TT_EXPECT_OK(fx_open(&fx));
-    TT_EXPECT_OK(hal_mem_alloc(fx.dev[1], HAL_MEM_KIND_DEVICE, 4096, 0, &a));
-    TT_EXPECT_STATUS(hal_mem_alloc(fx.dev[1], HAL_MEM_KIND_DEVICE, 4096, 0, &b),
-                     HAL_ERROR_OUT_OF_DEVICE_MEMORY);
-    TT_EXPECT_MESSAGE("nrt_tensor_allocate(DEVICE, vnc 1, 4096) returned NRT_RESOURCE (4)");
-    TT_EXPECT_OK(hal_mem_free(a));
+    EXPECT_OK(fx_open(&fx));
+    EXPECT_OK(hal_mem_alloc(fx.dev[1], HAL_MEM_KIND_DEVICE, 4096, 0, &a));
+    EXPECT_STATUS(hal_mem_alloc(fx.dev[1], HAL_MEM_KIND_DEVICE, 4096, 0, &b),
+                  HAL_ERROR_OUT_OF_DEVICE_MEMORY);
+    EXPECT_MESSAGE("nrt_tensor_allocate(DEVICE, vnc 1, 4096) returned NRT_RESOURCE (4)");
+    EXPECT_OK(hal_mem_free(a));
     fx_close(&fx);
-    TT_RESULT();
+    return CTEST_PASS;
 }
 
 /* ---- alignment ----------------------------------------------------------------------------- */
@@ -512,10 +501,9 @@ CTEST(TrnMemory, OutOfDeviceMemoryNamesTheCall)
  * obtained by slicing a bigger tensor, and the result behaves like any allocation. */
 CTEST(TrnMemory, Alignment)
 {
-    int tt_failed = 0;
     fixture_t fx;
     tt_env_reset();
-    TT_EXPECT_OK(fx_open(&fx));
+    EXPECT_OK(fx_open(&fx));
     static const size_t aligns[] = { 0, 1, 64, 4096, 8192, 65536, 1u << 20 };
     enum { N = 5000 };
     uint8_t host[N], back[N];
@@ -525,25 +513,25 @@ CTEST(TrnMemory, Alignment)
         static const hal_mem_kind_t kinds[] = { HAL_MEM_KIND_DEVICE, HAL_MEM_KIND_HOST_PINNED };
         for (int k = 0; k < 2; k++) {
             uint8_t *p = NULL;
-            TT_EXPECT_OK(hal_mem_alloc(fx.dev[1], kinds[k], N, aligns[i], (void **)&p));
+            EXPECT_OK(hal_mem_alloc(fx.dev[1], kinds[k], N, aligns[i], (void **)&p));
             if (p == NULL)
                 continue;
             if ((uintptr_t)p % want != 0)
                 fprintf(stderr, "alignment %zu: %p\n", aligns[i], (void *)p);
-            TT_EXPECT((uintptr_t)p % want == 0);
-            tt_failed |= check_info(p + N - 1, kinds[k], fx.dev[1], p, N);
+            CTEST_EXPECT((uintptr_t)p % want == 0);
+            (void)check_info(p + N - 1, kinds[k], fx.dev[1], p, N);
             memset(back, 0, N);
-            TT_EXPECT_OK(hal_memcpy_async(p, host, N, fx.s[1]));
-            TT_EXPECT_OK(hal_memcpy_async(back, p, N, fx.s[1]));
-            TT_EXPECT_OK(hal_stream_synchronize(fx.s[1]));
-            TT_EXPECT(tt_mismatch(back, N, 21) == N);
-            TT_EXPECT_OK(hal_mem_free(p));
+            EXPECT_OK(hal_memcpy_async(p, host, N, fx.s[1]));
+            EXPECT_OK(hal_memcpy_async(back, p, N, fx.s[1]));
+            EXPECT_OK(hal_stream_synchronize(fx.s[1]));
+            CTEST_EXPECT(tt_mismatch(back, N, 21) == N);
+            EXPECT_OK(hal_mem_free(p));
         }
     }
     /* Everything was given back to the core. */
     hal_mem_stats_t stats = HAL_MEM_STATS_INIT;
-    TT_EXPECT_OK(hal_device_get_mem_stats(fx.dev[1], &stats));
-    TT_EXPECT(stats.device_bytes_free == stats.device_bytes_limit);
+    EXPECT_OK(hal_device_get_mem_stats(fx.dev[1], &stats));
+    CTEST_EXPECT(stats.device_bytes_free == stats.device_bytes_limit);
     fx_close(&fx);
-    TT_RESULT();
+    return CTEST_PASS;
 }

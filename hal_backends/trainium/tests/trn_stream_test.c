@@ -41,29 +41,28 @@ static void sleep_ms(unsigned ms)
  * interleaved with copies see the copies before them. */
 CTEST(TrnStream, FifoOrder)
 {
-    int tt_failed = 0;
     fixture_t fx;
     tt_env_reset();
-    TT_EXPECT_OK(fx_open(&fx));
+    EXPECT_OK(fx_open(&fx));
     hal_stream_t s = NULL;
     uint8_t *d = NULL;
     enum { N = 256, ROUNDS = 200 };
     static uint8_t seen[ROUNDS][N];
-    TT_EXPECT_OK(hal_stream_create(fx.dev[0], 0, &s));
-    TT_EXPECT_OK(hal_mem_alloc(fx.dev[0], HAL_MEM_KIND_DEVICE, N, 0, (void **)&d));
-    if (!tt_failed) {
+    EXPECT_OK(hal_stream_create(fx.dev[0], 0, &s));
+    EXPECT_OK(hal_mem_alloc(fx.dev[0], HAL_MEM_KIND_DEVICE, N, 0, (void **)&d));
+    if (!ctest_failures_so_far()) {
         for (int i = 0; i < ROUNDS; i++) {
-            TT_EXPECT_OK(hal_memset_async(d, i, N, s));
-            TT_EXPECT_OK(hal_memcpy_async(seen[i], d, N, s));
+            EXPECT_OK(hal_memset_async(d, i, N, s));
+            EXPECT_OK(hal_memcpy_async(seen[i], d, N, s));
         }
-        TT_EXPECT_OK(hal_stream_synchronize(s));
+        EXPECT_OK(hal_stream_synchronize(s));
         for (int i = 0; i < ROUNDS; i++)
-            TT_EXPECT(tt_find_other(seen[i], N, (uint8_t)i) == N);
+            CTEST_EXPECT(tt_find_other(seen[i], N, (uint8_t)i) == N);
     }
     hal_mem_free(d);
-    TT_EXPECT_OK(hal_stream_destroy(s));
+    EXPECT_OK(hal_stream_destroy(s));
     fx_close(&fx);
-    TT_RESULT();
+    return CTEST_PASS;
 }
 
 typedef struct thread_probe {
@@ -85,84 +84,82 @@ static void probe_cb(hal_status_t status, void *arg)
 /* Callbacks run in stream order, on a backend thread, with the stream's status. */
 CTEST(TrnStream, Callbacks)
 {
-    int tt_failed = 0;
     fixture_t fx;
     tt_env_reset();
-    TT_EXPECT_OK(fx_open(&fx));
+    EXPECT_OK(fx_open(&fx));
     hal_stream_t s[2] = { NULL, NULL };
     tt_log_t log;
     tt_log_init(&log);
     tt_log_entry_t entries[20];
-    TT_EXPECT_OK(hal_stream_create(fx.dev[0], 0, &s[0]));
-    TT_EXPECT_OK(hal_stream_create(fx.dev[1], -1, &s[1]));
+    EXPECT_OK(hal_stream_create(fx.dev[0], 0, &s[0]));
+    EXPECT_OK(hal_stream_create(fx.dev[1], -1, &s[1]));
     for (int i = 0; i < 10; i++) {
         entries[i] = (tt_log_entry_t){ &log, (char)('a' + i) };
-        TT_EXPECT_OK(hal_stream_add_callback(s[0], tt_log_cb, &entries[i]));
+        EXPECT_OK(hal_stream_add_callback(s[0], tt_log_cb, &entries[i]));
     }
-    TT_EXPECT_OK(hal_stream_synchronize(s[0]));
+    EXPECT_OK(hal_stream_synchronize(s[0]));
     char text[64];
     tt_log_text(&log, text, sizeof(text));
-    TT_EXPECT(strcmp(text, "abcdefghij") == 0);
+    CTEST_EXPECT(strcmp(text, "abcdefghij") == 0);
     for (int i = 0; i < 10; i++)
-        TT_EXPECT(log.status[i] == HAL_OK);
+        CTEST_EXPECT(log.status[i] == HAL_OK);
 
     thread_probe_t probe = { .caller = pthread_self() };
     atomic_init(&probe.on_caller, 0);
     atomic_init(&probe.runs, 0);
     atomic_init(&probe.status, -1);
-    TT_EXPECT_OK(hal_stream_add_callback(s[1], probe_cb, &probe));
-    TT_EXPECT_OK(hal_stream_synchronize(s[1]));
-    TT_EXPECT(atomic_load(&probe.runs) == 1);
-    TT_EXPECT(atomic_load(&probe.on_caller) == 0);
-    TT_EXPECT(atomic_load(&probe.status) == HAL_OK);
-    TT_EXPECT_STATUS(hal_stream_add_callback(s[1], NULL, NULL), HAL_ERROR_INVALID_ARGUMENT);
-    TT_EXPECT_OK(hal_stream_destroy(s[0]));
-    TT_EXPECT_OK(hal_stream_destroy(s[1]));
+    EXPECT_OK(hal_stream_add_callback(s[1], probe_cb, &probe));
+    EXPECT_OK(hal_stream_synchronize(s[1]));
+    CTEST_EXPECT(atomic_load(&probe.runs) == 1);
+    CTEST_EXPECT(atomic_load(&probe.on_caller) == 0);
+    CTEST_EXPECT(atomic_load(&probe.status) == HAL_OK);
+    EXPECT_STATUS(hal_stream_add_callback(s[1], NULL, NULL), HAL_ERROR_INVALID_ARGUMENT);
+    EXPECT_OK(hal_stream_destroy(s[0]));
+    EXPECT_OK(hal_stream_destroy(s[1]));
     tt_log_destroy(&log);
     fx_close(&fx);
-    TT_RESULT();
+    return CTEST_PASS;
 }
 
 /* A never-recorded event is complete; a recorded one completes when its stream reaches it. */
 CTEST(TrnEvent, RecordQuerySynchronize)
 {
-    int tt_failed = 0;
     fixture_t fx;
     tt_env_reset();
-    TT_EXPECT_OK(fx_open(&fx));
+    EXPECT_OK(fx_open(&fx));
     hal_stream_t s = NULL, other = NULL;
     hal_event_t e = NULL;
-    TT_EXPECT_OK(hal_stream_create(fx.dev[0], 0, &s));
-    TT_EXPECT_OK(hal_stream_create(fx.dev[0], 0, &other));
-    TT_EXPECT_OK(hal_event_create(fx.dev[0], HAL_EVENT_FLAG_NONE, &e));
-    TT_EXPECT_OK(hal_event_query(e));
-    TT_EXPECT_OK(hal_event_synchronize(e));
-    TT_EXPECT_OK(hal_stream_wait_event(other, e)); /* no-op */
-    TT_EXPECT_OK(hal_stream_synchronize(other));
+    EXPECT_OK(hal_stream_create(fx.dev[0], 0, &s));
+    EXPECT_OK(hal_stream_create(fx.dev[0], 0, &other));
+    EXPECT_OK(hal_event_create(fx.dev[0], HAL_EVENT_FLAG_NONE, &e));
+    EXPECT_OK(hal_event_query(e));
+    EXPECT_OK(hal_event_synchronize(e));
+    EXPECT_OK(hal_stream_wait_event(other, e)); /* no-op */
+    EXPECT_OK(hal_stream_synchronize(other));
 
     tt_gate_t gate;
     tt_gate_init(&gate);
-    TT_EXPECT_OK(hal_stream_add_callback(s, tt_gate_cb, &gate));
-    TT_EXPECT_OK(hal_event_record(e, s));
-    TT_EXPECT(hal_event_query(e) == HAL_NOT_READY);
-    TT_EXPECT(hal_stream_query(s) == HAL_NOT_READY);
+    EXPECT_OK(hal_stream_add_callback(s, tt_gate_cb, &gate));
+    EXPECT_OK(hal_event_record(e, s));
+    CTEST_EXPECT(hal_event_query(e) == HAL_NOT_READY);
+    CTEST_EXPECT(hal_stream_query(s) == HAL_NOT_READY);
     pthread_t opener;
     bool started = tt_gate_open_after(&gate, 30, &opener);
-    TT_EXPECT(started);
+    CTEST_EXPECT(started);
     if (!started)
         tt_gate_open(&gate);
-    TT_EXPECT_OK(hal_event_synchronize(e));
-    TT_EXPECT_OK(hal_event_query(e));
-    TT_EXPECT(atomic_load(&gate.entered) == 1);
+    EXPECT_OK(hal_event_synchronize(e));
+    EXPECT_OK(hal_event_query(e));
+    CTEST_EXPECT(atomic_load(&gate.entered) == 1);
     if (started)
         pthread_join(opener, NULL);
-    TT_EXPECT_OK(hal_stream_synchronize(s));
+    EXPECT_OK(hal_stream_synchronize(s));
     tt_gate_destroy(&gate);
-    TT_EXPECT_OK(hal_event_destroy(e));
-    TT_EXPECT_OK(hal_stream_destroy(s));
-    TT_EXPECT_OK(hal_stream_destroy(other));
+    EXPECT_OK(hal_event_destroy(e));
+    EXPECT_OK(hal_stream_destroy(s));
+    EXPECT_OK(hal_stream_destroy(other));
     fx_close(&fx);
-    TT_RESULT();
+    return CTEST_PASS;
 }
 
 /* A wait binds to the version current at the call: re-recording afterwards does not make the
@@ -170,10 +167,9 @@ CTEST(TrnEvent, RecordQuerySynchronize)
  * waiting stream is on the other core (waits work across devices of the backend). */
 CTEST(TrnEvent, WaitBindsToVersionAtCall)
 {
-    int tt_failed = 0;
     fixture_t fx;
     tt_env_reset();
-    TT_EXPECT_OK(fx_open(&fx));
+    EXPECT_OK(fx_open(&fx));
     hal_stream_t rec = NULL, waiter = NULL;
     hal_event_t e = NULL;
     tt_gate_t g1, g2;
@@ -182,129 +178,127 @@ CTEST(TrnEvent, WaitBindsToVersionAtCall)
     tt_log_t log;
     tt_log_init(&log);
     tt_log_entry_t first = { &log, '1' }, second = { &log, '2' };
-    TT_EXPECT_OK(hal_stream_create(fx.dev[0], 0, &rec));
-    TT_EXPECT_OK(hal_stream_create(fx.dev[1], 0, &waiter));
-    TT_EXPECT_OK(hal_event_create(fx.dev[0], 0, &e));
+    EXPECT_OK(hal_stream_create(fx.dev[0], 0, &rec));
+    EXPECT_OK(hal_stream_create(fx.dev[1], 0, &waiter));
+    EXPECT_OK(hal_event_create(fx.dev[0], 0, &e));
 
-    TT_EXPECT_OK(hal_stream_add_callback(rec, tt_gate_cb, &g1));
-    TT_EXPECT_OK(hal_event_record(e, rec)); /* version 1, behind g1 */
-    TT_EXPECT_OK(hal_stream_wait_event(waiter, e));
-    TT_EXPECT_OK(hal_stream_add_callback(waiter, tt_log_cb, &first));
-    TT_EXPECT_OK(hal_stream_add_callback(rec, tt_gate_cb, &g2));
-    TT_EXPECT_OK(hal_event_record(e, rec)); /* version 2, behind g2 as well */
+    EXPECT_OK(hal_stream_add_callback(rec, tt_gate_cb, &g1));
+    EXPECT_OK(hal_event_record(e, rec)); /* version 1, behind g1 */
+    EXPECT_OK(hal_stream_wait_event(waiter, e));
+    EXPECT_OK(hal_stream_add_callback(waiter, tt_log_cb, &first));
+    EXPECT_OK(hal_stream_add_callback(rec, tt_gate_cb, &g2));
+    EXPECT_OK(hal_event_record(e, rec)); /* version 2, behind g2 as well */
 
     char text[16];
-    TT_EXPECT(tt_gate_wait_entered(&g1));
+    CTEST_EXPECT(tt_gate_wait_entered(&g1));
     sleep_ms(20);
     tt_log_text(&log, text, sizeof(text));
-    TT_EXPECT(text[0] == '\0'); /* still waiting for version 1 */
+    CTEST_EXPECT(text[0] == '\0'); /* still waiting for version 1 */
     tt_gate_open(&g1);
     /* Version 1 completes; the waiter goes on although version 2 is pending. */
-    TT_EXPECT(tt_gate_wait_entered(&g2));
-    TT_EXPECT_OK(hal_stream_synchronize(waiter));
+    CTEST_EXPECT(tt_gate_wait_entered(&g2));
+    EXPECT_OK(hal_stream_synchronize(waiter));
     tt_log_text(&log, text, sizeof(text));
-    TT_EXPECT(strcmp(text, "1") == 0);
-    TT_EXPECT(hal_event_query(e) == HAL_NOT_READY);
+    CTEST_EXPECT(strcmp(text, "1") == 0);
+    CTEST_EXPECT(hal_event_query(e) == HAL_NOT_READY);
     /* A new wait binds to version 2. */
-    TT_EXPECT_OK(hal_stream_wait_event(waiter, e));
-    TT_EXPECT_OK(hal_stream_add_callback(waiter, tt_log_cb, &second));
+    EXPECT_OK(hal_stream_wait_event(waiter, e));
+    EXPECT_OK(hal_stream_add_callback(waiter, tt_log_cb, &second));
     sleep_ms(20);
-    TT_EXPECT(hal_stream_query(waiter) == HAL_NOT_READY);
+    CTEST_EXPECT(hal_stream_query(waiter) == HAL_NOT_READY);
     tt_gate_open(&g2);
-    TT_EXPECT_OK(hal_stream_synchronize(waiter));
+    EXPECT_OK(hal_stream_synchronize(waiter));
     tt_log_text(&log, text, sizeof(text));
-    TT_EXPECT(strcmp(text, "12") == 0);
-    TT_EXPECT_OK(hal_event_query(e));
+    CTEST_EXPECT(strcmp(text, "12") == 0);
+    EXPECT_OK(hal_event_query(e));
 
-    TT_EXPECT_OK(hal_stream_destroy(rec));
-    TT_EXPECT_OK(hal_stream_destroy(waiter));
-    TT_EXPECT_OK(hal_event_destroy(e));
+    EXPECT_OK(hal_stream_destroy(rec));
+    EXPECT_OK(hal_stream_destroy(waiter));
+    EXPECT_OK(hal_event_destroy(e));
     tt_gate_destroy(&g1);
     tt_gate_destroy(&g2);
     tt_log_destroy(&log);
     fx_close(&fx);
-    TT_RESULT();
+    return CTEST_PASS;
 }
 
 /* Destroying an event with a pending record and wait is safe; the waiter is not affected. */
 CTEST(TrnEvent, DestroyWhilePending)
 {
-    int tt_failed = 0;
     fixture_t fx;
     tt_env_reset();
-    TT_EXPECT_OK(fx_open(&fx));
+    EXPECT_OK(fx_open(&fx));
     hal_stream_t rec = NULL, waiter = NULL;
     hal_event_t e = NULL;
     tt_gate_t gate;
     tt_gate_init(&gate);
-    TT_EXPECT_OK(hal_stream_create(fx.dev[1], 0, &rec));
-    TT_EXPECT_OK(hal_stream_create(fx.dev[1], 0, &waiter));
-    TT_EXPECT_OK(hal_event_create(fx.dev[1], HAL_EVENT_FLAG_TIMING, &e));
-    TT_EXPECT_OK(hal_stream_add_callback(rec, tt_gate_cb, &gate));
-    TT_EXPECT_OK(hal_event_record(e, rec));
-    TT_EXPECT_OK(hal_stream_wait_event(waiter, e));
-    TT_EXPECT_OK(hal_event_destroy(e));
-    TT_EXPECT(hal_stream_query(waiter) == HAL_NOT_READY);
+    EXPECT_OK(hal_stream_create(fx.dev[1], 0, &rec));
+    EXPECT_OK(hal_stream_create(fx.dev[1], 0, &waiter));
+    EXPECT_OK(hal_event_create(fx.dev[1], HAL_EVENT_FLAG_TIMING, &e));
+    EXPECT_OK(hal_stream_add_callback(rec, tt_gate_cb, &gate));
+    EXPECT_OK(hal_event_record(e, rec));
+    EXPECT_OK(hal_stream_wait_event(waiter, e));
+    EXPECT_OK(hal_event_destroy(e));
+    CTEST_EXPECT(hal_stream_query(waiter) == HAL_NOT_READY);
     tt_gate_open(&gate);
-    TT_EXPECT_OK(hal_stream_synchronize(waiter));
-    TT_EXPECT_OK(hal_stream_synchronize(rec));
-    TT_EXPECT_OK(hal_stream_destroy(rec));
-    TT_EXPECT_OK(hal_stream_destroy(waiter));
+    EXPECT_OK(hal_stream_synchronize(waiter));
+    EXPECT_OK(hal_stream_synchronize(rec));
+    EXPECT_OK(hal_stream_destroy(rec));
+    EXPECT_OK(hal_stream_destroy(waiter));
     tt_gate_destroy(&gate);
     fx_close(&fx);
-    TT_RESULT();
+    return CTEST_PASS;
 }
 
 /* Elapsed time between two timing events around a slow transfer (the emulator's bandwidth
  * model makes 16 MiB at 0.25 GB/s take about 67 ms). */
 CTEST(TrnEvent, ElapsedTime)
 {
-    int tt_failed = 0;
     TT_REQUIRE_EMULATOR();
     fixture_t fx;
     tt_env_reset();
     tt_setenv("NEURON_EMU_DMA_GBPS", "0.25");
-    TT_EXPECT_OK(fx_open(&fx));
+    EXPECT_OK(fx_open(&fx));
     hal_stream_t s = NULL;
     hal_event_t start = NULL, end = NULL, plain = NULL;
     uint8_t *d = NULL;
     const size_t n = 16u << 20;
     uint8_t *host = calloc(1, n);
-    TT_EXPECT(host != NULL);
-    TT_EXPECT_OK(hal_stream_create(fx.dev[0], 0, &s));
-    TT_EXPECT_OK(hal_event_create(fx.dev[0], HAL_EVENT_FLAG_TIMING, &start));
-    TT_EXPECT_OK(hal_event_create(fx.dev[0], HAL_EVENT_FLAG_TIMING, &end));
-    TT_EXPECT_OK(hal_event_create(fx.dev[0], 0, &plain));
-    TT_EXPECT_OK(hal_mem_alloc(fx.dev[0], HAL_MEM_KIND_DEVICE, n, 0, (void **)&d));
+    CTEST_EXPECT(host != NULL);
+    EXPECT_OK(hal_stream_create(fx.dev[0], 0, &s));
+    EXPECT_OK(hal_event_create(fx.dev[0], HAL_EVENT_FLAG_TIMING, &start));
+    EXPECT_OK(hal_event_create(fx.dev[0], HAL_EVENT_FLAG_TIMING, &end));
+    EXPECT_OK(hal_event_create(fx.dev[0], 0, &plain));
+    EXPECT_OK(hal_mem_alloc(fx.dev[0], HAL_MEM_KIND_DEVICE, n, 0, (void **)&d));
     float ms = -1;
-    TT_EXPECT_STATUS(hal_event_elapsed_ms(start, end, &ms), HAL_ERROR_INVALID_ARGUMENT);
-    TT_EXPECT_MESSAGE("never recorded");
-    if (!tt_failed) {
+    EXPECT_STATUS(hal_event_elapsed_ms(start, end, &ms), HAL_ERROR_INVALID_ARGUMENT);
+    EXPECT_MESSAGE("never recorded");
+    if (!ctest_failures_so_far()) {
         tt_gate_t gate;
         tt_gate_init(&gate);
         struct timespec host_before, host_after;
         clock_gettime(CLOCK_MONOTONIC, &host_before);
-        TT_EXPECT_OK(hal_event_record(start, s));
-        TT_EXPECT_OK(hal_stream_add_callback(s, tt_gate_cb, &gate));
-        TT_EXPECT_OK(hal_memcpy_async(d, host, n, s));
-        TT_EXPECT_OK(hal_event_record(end, s));
-        TT_EXPECT_OK(hal_event_synchronize(start));
-        TT_EXPECT_STATUS(hal_event_elapsed_ms(start, end, &ms), HAL_NOT_READY);
+        EXPECT_OK(hal_event_record(start, s));
+        EXPECT_OK(hal_stream_add_callback(s, tt_gate_cb, &gate));
+        EXPECT_OK(hal_memcpy_async(d, host, n, s));
+        EXPECT_OK(hal_event_record(end, s));
+        EXPECT_OK(hal_event_synchronize(start));
+        EXPECT_STATUS(hal_event_elapsed_ms(start, end, &ms), HAL_NOT_READY);
         tt_gate_open(&gate);
-        TT_EXPECT_OK(hal_event_synchronize(end));
+        EXPECT_OK(hal_event_synchronize(end));
         clock_gettime(CLOCK_MONOTONIC, &host_after);
         double host_span_ms = (double)(host_after.tv_sec - host_before.tv_sec) * 1e3 +
                               (double)(host_after.tv_nsec - host_before.tv_nsec) / 1e6;
-        TT_EXPECT_OK(hal_event_elapsed_ms(start, end, &ms));
+        EXPECT_OK(hal_event_elapsed_ms(start, end, &ms));
         /* At least the throttled copy (16 MiB at 0.25 GB/s); at most the host's span around
          * both events (+1 ms of resolution). */
-        TT_EXPECT(ms >= 50.0f && ms <= host_span_ms + 1.0);
+        CTEST_EXPECT(ms >= 50.0f && ms <= host_span_ms + 1.0);
         float back = 0;
-        TT_EXPECT_OK(hal_event_elapsed_ms(end, start, &back));
-        TT_EXPECT(back == -ms);
-        TT_EXPECT_OK(hal_event_record(plain, s));
-        TT_EXPECT_STATUS(hal_event_elapsed_ms(start, plain, &ms), HAL_ERROR_INVALID_ARGUMENT);
-        TT_EXPECT_OK(hal_stream_synchronize(s));
+        EXPECT_OK(hal_event_elapsed_ms(end, start, &back));
+        CTEST_EXPECT(back == -ms);
+        EXPECT_OK(hal_event_record(plain, s));
+        EXPECT_STATUS(hal_event_elapsed_ms(start, plain, &ms), HAL_ERROR_INVALID_ARGUMENT);
+        EXPECT_OK(hal_stream_synchronize(s));
         tt_gate_destroy(&gate);
     }
     hal_mem_free(d);
@@ -312,19 +306,18 @@ CTEST(TrnEvent, ElapsedTime)
     hal_event_destroy(start);
     hal_event_destroy(end);
     hal_event_destroy(plain);
-    TT_EXPECT_OK(hal_stream_destroy(s));
+    EXPECT_OK(hal_stream_destroy(s));
     fx_close(&fx);
-    TT_RESULT();
+    return CTEST_PASS;
 }
 
 /* device_synchronize waits for every stream of the core (and only of that core); stream
  * destruction waits for the stream's work. */
 CTEST(TrnStream, DeviceSynchronizeAndDestroyWait)
 {
-    int tt_failed = 0;
     fixture_t fx;
     tt_env_reset();
-    TT_EXPECT_OK(fx_open(&fx));
+    EXPECT_OK(fx_open(&fx));
     hal_stream_t a = NULL, b = NULL, other = NULL;
     tt_gate_t ga, gb, go;
     tt_gate_init(&ga);
@@ -337,20 +330,20 @@ CTEST(TrnStream, DeviceSynchronizeAndDestroyWait)
     atomic_init(&pb.on_caller, 0);
     atomic_init(&pa.status, -1);
     atomic_init(&pb.status, -1);
-    TT_EXPECT_OK(hal_stream_create(fx.dev[0], 0, &a));
-    TT_EXPECT_OK(hal_stream_create(fx.dev[0], -2, &b));
-    TT_EXPECT_OK(hal_stream_create(fx.dev[1], 0, &other));
-    TT_EXPECT_OK(hal_stream_add_callback(a, tt_gate_cb, &ga));
-    TT_EXPECT_OK(hal_stream_add_callback(a, probe_cb, &pa));
-    TT_EXPECT_OK(hal_stream_add_callback(b, tt_gate_cb, &gb));
-    TT_EXPECT_OK(hal_stream_add_callback(b, probe_cb, &pb));
-    TT_EXPECT_OK(hal_stream_add_callback(other, tt_gate_cb, &go)); /* stays closed */
+    EXPECT_OK(hal_stream_create(fx.dev[0], 0, &a));
+    EXPECT_OK(hal_stream_create(fx.dev[0], -2, &b));
+    EXPECT_OK(hal_stream_create(fx.dev[1], 0, &other));
+    EXPECT_OK(hal_stream_add_callback(a, tt_gate_cb, &ga));
+    EXPECT_OK(hal_stream_add_callback(a, probe_cb, &pa));
+    EXPECT_OK(hal_stream_add_callback(b, tt_gate_cb, &gb));
+    EXPECT_OK(hal_stream_add_callback(b, probe_cb, &pb));
+    EXPECT_OK(hal_stream_add_callback(other, tt_gate_cb, &go)); /* stays closed */
     pthread_t t1, t2;
     bool s1 = tt_gate_open_after(&ga, 20, &t1), s2 = tt_gate_open_after(&gb, 40, &t2);
-    TT_EXPECT(s1 && s2);
-    TT_EXPECT_OK(hal_device_synchronize(fx.dev[0]));
-    TT_EXPECT(atomic_load(&pa.runs) == 1 && atomic_load(&pb.runs) == 1);
-    TT_EXPECT(hal_stream_query(other) == HAL_NOT_READY);
+    CTEST_EXPECT(s1 && s2);
+    EXPECT_OK(hal_device_synchronize(fx.dev[0]));
+    CTEST_EXPECT(atomic_load(&pa.runs) == 1 && atomic_load(&pb.runs) == 1);
+    CTEST_EXPECT(hal_stream_query(other) == HAL_NOT_READY);
     if (s1)
         pthread_join(t1, NULL);
     if (s2)
@@ -361,22 +354,22 @@ CTEST(TrnStream, DeviceSynchronizeAndDestroyWait)
     atomic_init(&po.runs, 0);
     atomic_init(&po.on_caller, 0);
     atomic_init(&po.status, -1);
-    TT_EXPECT_OK(hal_stream_add_callback(other, probe_cb, &po));
+    EXPECT_OK(hal_stream_add_callback(other, probe_cb, &po));
     pthread_t t3;
     bool s3 = tt_gate_open_after(&go, 20, &t3);
     if (!s3)
         tt_gate_open(&go);
-    TT_EXPECT_OK(hal_stream_destroy(other));
-    TT_EXPECT(atomic_load(&po.runs) == 1);
+    EXPECT_OK(hal_stream_destroy(other));
+    CTEST_EXPECT(atomic_load(&po.runs) == 1);
     if (s3)
         pthread_join(t3, NULL);
-    TT_EXPECT_OK(hal_stream_destroy(a));
-    TT_EXPECT_OK(hal_stream_destroy(b));
+    EXPECT_OK(hal_stream_destroy(a));
+    EXPECT_OK(hal_stream_destroy(b));
     tt_gate_destroy(&ga);
     tt_gate_destroy(&gb);
     tt_gate_destroy(&go);
     fx_close(&fx);
-    TT_RESULT();
+    return CTEST_PASS;
 }
 
 /* When more streams have transfers than the core runs at once, the higher-priority stream goes
@@ -391,12 +384,11 @@ CTEST(TrnStream, DeviceSynchronizeAndDestroyWait)
  * copies would otherwise end together, and both waiting streams would run at once.) */
 CTEST(TrnStream, PriorityOrdersWaitingTransfers)
 {
-    int tt_failed = 0;
     TT_REQUIRE_EMULATOR();
     fixture_t fx;
     tt_env_reset();
     tt_setenv("NEURON_EMU_DMA_GBPS", "0.0625");
-    TT_EXPECT_OK(fx_open(&fx));
+    EXPECT_OK(fx_open(&fx));
     const size_t big = 16u << 20, size[2] = { big, 2 * big };
     hal_stream_t busy[2] = { NULL, NULL }, low = NULL, high = NULL;
     uint8_t *d[2] = { NULL, NULL }, *host = calloc(1, 2 * big);
@@ -404,26 +396,26 @@ CTEST(TrnStream, PriorityOrdersWaitingTransfers)
     memset(from_low, 'L', sizeof(from_low));
     memset(from_high, 'H', sizeof(from_high));
     memset(shared, 0, sizeof(shared));
-    TT_EXPECT(host != NULL);
+    CTEST_EXPECT(host != NULL);
     for (int i = 0; i < 2; i++) {
-        TT_EXPECT_OK(hal_stream_create(fx.dev[0], 0, &busy[i]));
-        TT_EXPECT_OK(hal_mem_alloc(fx.dev[0], HAL_MEM_KIND_DEVICE, size[i], 0, (void **)&d[i]));
+        EXPECT_OK(hal_stream_create(fx.dev[0], 0, &busy[i]));
+        EXPECT_OK(hal_mem_alloc(fx.dev[0], HAL_MEM_KIND_DEVICE, size[i], 0, (void **)&d[i]));
     }
-    TT_EXPECT_OK(hal_stream_create(fx.dev[0], 0, &low));
-    TT_EXPECT_OK(hal_stream_create(fx.dev[0], -2, &high));
-    if (!tt_failed) {
+    EXPECT_OK(hal_stream_create(fx.dev[0], 0, &low));
+    EXPECT_OK(hal_stream_create(fx.dev[0], -2, &high));
+    if (!ctest_failures_so_far()) {
         for (int i = 0; i < 2; i++)
-            TT_EXPECT_OK(hal_memcpy_async(d[i], host, size[i], busy[i]));
+            EXPECT_OK(hal_memcpy_async(d[i], host, size[i], busy[i]));
         sleep_ms(40);
-        TT_EXPECT_OK(hal_memcpy_async(shared, from_low, sizeof(shared), low));
+        EXPECT_OK(hal_memcpy_async(shared, from_low, sizeof(shared), low));
         sleep_ms(40);
-        TT_EXPECT_OK(hal_memcpy_async(shared, from_high, sizeof(shared), high));
-        TT_EXPECT(hal_stream_query(low) == HAL_NOT_READY); /* both slots are still busy */
-        TT_EXPECT_OK(hal_stream_synchronize(low));
-        TT_EXPECT_OK(hal_stream_synchronize(high));
+        EXPECT_OK(hal_memcpy_async(shared, from_high, sizeof(shared), high));
+        CTEST_EXPECT(hal_stream_query(low) == HAL_NOT_READY); /* both slots are still busy */
+        EXPECT_OK(hal_stream_synchronize(low));
+        EXPECT_OK(hal_stream_synchronize(high));
         if (shared[0] != 'L')
             fprintf(stderr, "the %s-priority copy ran last\n", shared[0] == 'H' ? "high" : "?");
-        TT_EXPECT(tt_find_other(shared, sizeof(shared), 'L') == sizeof(shared));
+        CTEST_EXPECT(tt_find_other(shared, sizeof(shared), 'L') == sizeof(shared));
     }
     for (int i = 0; i < 2; i++) {
         hal_stream_destroy(busy[i]);
@@ -433,65 +425,64 @@ CTEST(TrnStream, PriorityOrdersWaitingTransfers)
     hal_stream_destroy(high);
     free(host);
     fx_close(&fx);
-    TT_RESULT();
+    return CTEST_PASS;
 }
 
 /* A runtime failure latches on its stream with the call, the code and its name: later data
  * work is refused or skipped, callbacks and events are told, other streams go on. */
 CTEST(TrnStream, LatchedRuntimeError)
 {
-    int tt_failed = 0;
     TT_REQUIRE_EMULATOR();
     fixture_t fx;
     tt_env_reset();
     tt_setenv("NEURON_EMU_FAULTS", "write_fail_after=1:1");
-    TT_EXPECT_OK(fx_open(&fx));
+    EXPECT_OK(fx_open(&fx));
     hal_stream_t s = NULL, other = NULL;
     hal_event_t e = NULL;
     uint8_t *d = NULL, host[64] = { 0 }, back[64];
-    TT_EXPECT_OK(hal_stream_create(fx.dev[0], 0, &s));
-    TT_EXPECT_OK(hal_stream_create(fx.dev[0], 0, &other));
-    TT_EXPECT_OK(hal_event_create(fx.dev[0], 0, &e));
-    TT_EXPECT_OK(hal_mem_alloc(fx.dev[0], HAL_MEM_KIND_DEVICE, 4096, 0, (void **)&d));
+    EXPECT_OK(hal_stream_create(fx.dev[0], 0, &s));
+    EXPECT_OK(hal_stream_create(fx.dev[0], 0, &other));
+    EXPECT_OK(hal_event_create(fx.dev[0], 0, &e));
+    EXPECT_OK(hal_mem_alloc(fx.dev[0], HAL_MEM_KIND_DEVICE, 4096, 0, (void **)&d));
     thread_probe_t probe = { .caller = pthread_self() };
     atomic_init(&probe.runs, 0);
     atomic_init(&probe.on_caller, 0);
     atomic_init(&probe.status, -1);
     tt_gate_t gate;
     tt_gate_init(&gate);
-    if (!tt_failed) {
+    if (!ctest_failures_so_far()) {
         /* Everything is queued before any of it runs. */
-        TT_EXPECT_OK(hal_stream_add_callback(s, tt_gate_cb, &gate));
-        TT_EXPECT_OK(hal_memcpy_async(d, host, 64, s));             /* write 1: fine */
-        TT_EXPECT_OK(hal_memcpy_async(d + 100, host, 64, s));       /* write 2: fails */
-        TT_EXPECT_OK(hal_memset_async(d, 7, 64, s));                /* skipped */
-        TT_EXPECT_OK(hal_stream_add_callback(s, probe_cb, &probe)); /* runs, told */
-        TT_EXPECT_OK(hal_event_record(e, s));
+        EXPECT_OK(hal_stream_add_callback(s, tt_gate_cb, &gate));
+        EXPECT_OK(hal_memcpy_async(d, host, 64, s));             /* write 1: fine */
+        EXPECT_OK(hal_memcpy_async(d + 100, host, 64, s));       /* write 2: fails */
+        EXPECT_OK(hal_memset_async(d, 7, 64, s));                /* skipped */
+        EXPECT_OK(hal_stream_add_callback(s, probe_cb, &probe)); /* runs, told */
+        EXPECT_OK(hal_event_record(e, s));
         tt_gate_open(&gate);
-        TT_EXPECT_STATUS(hal_stream_synchronize(s), HAL_ERROR_BACKEND_SPECIFIC);
-        TT_EXPECT_MESSAGE("nrt_tensor_write(tensor of NeuronCore 0, offset 100, 64 bytes) "
-                          "returned NRT_FAILURE (1)");
-        TT_EXPECT(atomic_load(&probe.runs) == 1);
-        TT_EXPECT(atomic_load(&probe.status) == HAL_ERROR_BACKEND_SPECIFIC);
-        TT_EXPECT_STATUS(hal_event_query(e), HAL_ERROR_BACKEND_SPECIFIC);
-        TT_EXPECT_STATUS(hal_event_synchronize(e), HAL_ERROR_BACKEND_SPECIFIC);
+        EXPECT_STATUS(hal_stream_synchronize(s), HAL_ERROR_BACKEND_SPECIFIC);
+        EXPECT_MESSAGE("nrt_tensor_write(tensor of NeuronCore 0, offset 100, 64 bytes) "
+                       "returned NRT_FAILURE (1)");
+        CTEST_EXPECT(atomic_load(&probe.runs) == 1);
+        CTEST_EXPECT(atomic_load(&probe.status) == HAL_ERROR_BACKEND_SPECIFIC);
+        EXPECT_STATUS(hal_event_query(e), HAL_ERROR_BACKEND_SPECIFIC);
+        EXPECT_STATUS(hal_event_synchronize(e), HAL_ERROR_BACKEND_SPECIFIC);
         /* Sticky on the stream. */
-        TT_EXPECT_STATUS(hal_stream_query(s), HAL_ERROR_BACKEND_SPECIFIC);
-        TT_EXPECT_STATUS(hal_memcpy_async(back, d, 64, s), HAL_ERROR_BACKEND_SPECIFIC);
-        TT_EXPECT_MESSAGE("the stream failed earlier: nrt_tensor_write(");
+        EXPECT_STATUS(hal_stream_query(s), HAL_ERROR_BACKEND_SPECIFIC);
+        EXPECT_STATUS(hal_memcpy_async(back, d, 64, s), HAL_ERROR_BACKEND_SPECIFIC);
+        EXPECT_MESSAGE("the stream failed earlier: nrt_tensor_write(");
         /* Not a device loss: another stream works, and the memset above never ran. */
-        TT_EXPECT_OK(hal_memcpy_async(back, d, 64, other));
-        TT_EXPECT_OK(hal_stream_synchronize(other));
-        TT_EXPECT(tt_find_other(back, 64, 0) == 64);
-        TT_EXPECT_STATUS(hal_device_synchronize(fx.dev[0]), HAL_ERROR_BACKEND_SPECIFIC);
-        TT_EXPECT_OK(hal_device_synchronize(fx.dev[1]));
+        EXPECT_OK(hal_memcpy_async(back, d, 64, other));
+        EXPECT_OK(hal_stream_synchronize(other));
+        CTEST_EXPECT(tt_find_other(back, 64, 0) == 64);
+        EXPECT_STATUS(hal_device_synchronize(fx.dev[0]), HAL_ERROR_BACKEND_SPECIFIC);
+        EXPECT_OK(hal_device_synchronize(fx.dev[1]));
     }
     tt_gate_open(&gate);
     hal_mem_free(d);
     hal_event_destroy(e);
-    TT_EXPECT_STATUS(hal_stream_destroy(s), HAL_ERROR_BACKEND_SPECIFIC);
+    EXPECT_STATUS(hal_stream_destroy(s), HAL_ERROR_BACKEND_SPECIFIC);
     tt_gate_destroy(&gate);
-    TT_EXPECT_OK(hal_stream_destroy(other));
+    EXPECT_OK(hal_stream_destroy(other));
     fx_close(&fx);
-    TT_RESULT();
+    return CTEST_PASS;
 }
