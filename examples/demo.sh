@@ -13,9 +13,9 @@
 #   DEMO_RTOL     accepted relative loss difference (default 1e-6)
 #
 # The Trainium backend loads the Neuron runtime from HAL_NEURON_LIBNRT, /opt/aws/neuron/lib or
-# the loader path; on a machine without one, torch_hal points HAL_NEURON_LIBNRT at the
-# emulator it bundles (torch_hal/lib/libnrt.so.1). Under torchrun each rank takes its own
-# NeuronCore (NEURON_RT_VISIBLE_CORES=<local rank>, set by torch_hal). On the emulator the run is
+# the loader path; on a machine without one it takes the emulator bundled next to it
+# (torch_hal/lib/libnrt.so.1). Under torchrun each rank takes its own NeuronCore
+# (NEURON_RT_VISIBLE_CORES=<local rank>, set by the backend). On the emulator the run is
 # an emulated machine of its own (NEURON_EMU_INSTANCE_ID): its ranks exclude each other, and other
 # jobs on this host never take its NeuronCores.
 set -euo pipefail

@@ -237,8 +237,12 @@ def test_ddp_step_matches_cpu_trainium(tmp_path):
 
 def test_neuron_cores_claimed_per_local_rank(tmp_path):
     need_emulator()
-    code = ("import os, torch, torch_hal; print(torch_hal.is_loaded(), "
-            "os.environ.get('NEURON_RT_VISIBLE_CORES'), torch.accelerator.device_count())")
+    # The backend sets the runtime's variable in the C environment (os.environ is a copy taken at
+    # startup), so the child reads it with getenv.
+    code = ("import ctypes, torch, torch_hal; getenv = ctypes.CDLL(None).getenv; "
+            "getenv.restype = ctypes.c_char_p; v = getenv(b'NEURON_RT_VISIBLE_CORES'); "
+            "print(torch_hal.is_loaded(), v.decode() if v else None, "
+            "torch.accelerator.device_count())")
     env = child_env("trainium", tmp_path, {"LOCAL_RANK": "1", "WORLD_SIZE": "2"})
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
@@ -247,3 +251,20 @@ def test_neuron_cores_claimed_per_local_rank(tmp_path):
     env["NEURON_RT_VISIBLE_CORES"] = "2-3"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.stdout.split() == ["True", "2-3", "2"], out.stdout + out.stderr
+
+
+def test_launcher_does_not_open_a_backend_with_exclusive_devices(tmp_path):
+    # torchrun's launcher imports torch but uses no device: a backend whose devices belong to one
+    # process each (HAL_BACKEND_FLAG_EXCLUSIVE_DEVICES, read with hal_backend_probe) stays
+    # closed there; any other backend opens as in every process.
+    need_emulator()
+    code = ("import sys; sys.argv = ['torchrun']; import torch, torch_hal; "
+            "print(torch_hal.is_loaded()); print(torch_hal.load_error())")
+    for backend, loaded in (("trainium", "False"), ("cpu", "True")):
+        env = child_env(backend, tmp_path, {})
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        lines = out.stdout.splitlines()
+        assert lines[0] == loaded, (backend, out.stdout, out.stderr)
+        if backend == "trainium":
+            assert "torchrun launcher" in lines[1], lines

@@ -15,6 +15,10 @@ import warnings
 
 __all__ = ["backend_name", "device_type", "is_loaded", "load_error"]
 
+# The HAL and the backend libraries this package ships (with the libnrt emulator, which the
+# Trainium backend finds next to itself when no Neuron runtime is installed).
+_LIB_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib")
+
 _loaded = False
 _load_error = None
 _attempted = False

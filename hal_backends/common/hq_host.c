@@ -6,8 +6,7 @@
 #include "hal_backends/common/hq_host.h"
 
 /* Whether `field` of the services lies inside their struct_size. */
-#define HQ_HOST_HAS(host, field) \
-    ((host)->struct_size >= offsetof(hal_host_services_t, field) + sizeof((host)->field))
+#define HQ_HOST_HAS(host, field) HAL_STRUCT_HAS(hal_host_services_t, field, (host)->struct_size)
 
 void hq_set_error(const hal_host_services_t *host, const char *fmt, ...)
 {

@@ -91,7 +91,7 @@ static void cpu_device_close(void *device_)
 
 /* Writes a field only if it lies inside the caller's struct_size. */
 #define CPU_PROPS_HAS(props, field) \
-    ((props)->struct_size >= offsetof(hal_device_properties_t, field) + sizeof((props)->field))
+    HAL_STRUCT_HAS(hal_device_properties_t, field, (props)->struct_size)
 
 static hal_status_t cpu_device_get_properties(void *device_, hal_device_properties_t *props)
 {

@@ -8,6 +8,26 @@
 
 #include "hal_backends/trainium/trn_internal.h"
 
+/* Under torchrun (LOCAL_RANK and WORLD_SIZE set) a process that chose no NeuronCores takes the
+ * core of its local rank, as Neuron users do by hand: the runtime takes every visible core
+ * exclusively at nrt_init, so ranks on one host must each ask for their own. The choice is made
+ * through the runtime's own variable, before nrt_init reads it. */
+static void claim_local_rank_core(void)
+{
+    const char *visible = getenv("NEURON_RT_VISIBLE_CORES");
+    const char *num = getenv("NEURON_RT_NUM_CORES");
+    const char *local_rank = getenv("LOCAL_RANK");
+    const char *world = getenv("WORLD_SIZE");
+    if ((visible != NULL && visible[0] != '\0') || (num != NULL && num[0] != '\0') ||
+        local_rank == NULL || local_rank[0] == '\0' || world == NULL || world[0] == '\0')
+        return;
+    for (const char *c = local_rank; *c; c++)
+        if (*c < '0' || *c > '9')
+            return;
+    /* The backend is initialised once per process, before any device work exists. */
+    setenv("NEURON_RT_VISIBLE_CORES", local_rank, 0);
+}
+
 static hal_status_t trn_init(const hal_host_services_t *host, void **out)
 {
     trn_backend_t *backend = calloc(1, sizeof(*backend));
@@ -25,6 +45,7 @@ static hal_status_t trn_init(const hal_host_services_t *host, void **out)
     }
     trn_nrt_t *nrt = &backend->nrt;
 
+    claim_local_rank_core();
     NRT_STATUS rc = nrt->init(NRT_FRAMEWORK_TYPE_PYTORCH, "", "");
     if (rc != NRT_SUCCESS) {
         st = trn_status_format(nrt, rc, TRN_OP_OTHER, msg, sizeof(msg),
@@ -110,6 +131,8 @@ static hal_status_t trn_event_get_native_handle(void *event, uintptr_t *native)
 static const hal_backend_ops_t trn_ops = {
     .struct_size = sizeof(hal_backend_ops_t),
     .api_version = HAL_API_VERSION,
+    /* nrt_init takes the process's NeuronCores exclusively. */
+    .flags = HAL_BACKEND_FLAG_EXCLUSIVE_DEVICES,
     .name = TRN_BACKEND_NAME,
     .device_type_name = TRN_DEVICE_TYPE,
     .init = trn_init,

@@ -34,6 +34,9 @@
 #define TRN_LIBNRT_INSTALLED "/opt/aws/neuron/lib/libnrt.so.1"
 /* The runtime's SONAME, looked up on the dynamic loader's search path last. */
 #define TRN_LIBNRT_SONAME "libnrt.so.1"
+/* "0": do not fall back to a libnrt.so.1 shipped next to the backend library (a package that
+ * bundles the libnrt emulator for machines without Neuron hardware). */
+#define TRN_ENV_BUNDLED "HAL_NEURON_BUNDLED_LIBNRT"
 
 /* Guaranteed alignment of device and pinned allocations: the page size the Neuron driver
  * allocates device memory in. libnrt documents no alignment, so the backend checks every

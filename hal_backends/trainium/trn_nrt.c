@@ -6,7 +6,10 @@
  *
  * Search order: $HAL_NEURON_LIBNRT (a file path; when set, nothing else is tried, so a typo
  * fails loudly instead of silently picking up another runtime), then the path the
- * aws-neuronx-runtime-lib package installs to, then the dynamic loader's search path. */
+ * aws-neuronx-runtime-lib package installs to, then the dynamic loader's search path, and last a
+ * libnrt.so.1 in the backend library's own directory (where a package that cannot count on the
+ * Neuron runtime, such as the PyTorch bridge's, ships the libnrt emulator;
+ * HAL_NEURON_BUNDLED_LIBNRT=0 turns this off). */
 #include <dlfcn.h>
 #include <link.h>
 #include <stdio.h>
@@ -74,6 +77,27 @@ static void loaded_path(void *dl, const char *fallback, char *out, size_t size)
         snprintf(out, size, "%s", fallback);
 }
 
+/* The libnrt.so.1 next to this backend library, unless HAL_NEURON_BUNDLED_LIBNRT=0. Fills path
+ * when it loads. */
+static void *open_bundled(char *path, size_t path_size, char *reasons, size_t size)
+{
+    const char *env = getenv(TRN_ENV_BUNDLED);
+    Dl_info self;
+    if ((env != NULL && strcmp(env, "0") == 0) || !dladdr((void *)&trn_nrt_load, &self) ||
+        self.dli_fname == NULL)
+        return NULL;
+    const char *slash = strrchr(self.dli_fname, '/');
+    if (slash == NULL)
+        return NULL;
+    char candidate[PATH_MAX];
+    snprintf(candidate, sizeof(candidate), "%.*s/%s", (int)(slash - self.dli_fname), self.dli_fname,
+             TRN_LIBNRT_SONAME);
+    void *dl = open_candidate(candidate, "next to the backend", reasons, size);
+    if (dl != NULL)
+        snprintf(path, path_size, "%s", candidate);
+    return dl;
+}
+
 /* Resolves every function; on failure names all the missing ones. */
 static hal_status_t resolve_symbols(trn_nrt_t *nrt, char *msg, size_t msg_size)
 {
@@ -126,6 +150,8 @@ hal_status_t trn_nrt_load(trn_nrt_t *nrt, char *msg, size_t msg_size)
             snprintf(nrt->path, sizeof(nrt->path), "%s", TRN_LIBNRT_INSTALLED);
         } else {
             nrt->dl = open_candidate(TRN_LIBNRT_SONAME, "loader path", reasons, sizeof(reasons));
+            if (nrt->dl == NULL)
+                nrt->dl = open_bundled(nrt->path, sizeof(nrt->path), reasons, sizeof(reasons));
             if (nrt->dl == NULL) {
                 snprintf(msg, msg_size,
                          "the Neuron runtime libnrt.so.1 was not found (%s); install "
@@ -133,7 +159,8 @@ hal_status_t trn_nrt_load(trn_nrt_t *nrt, char *msg, size_t msg_size)
                          reasons, TRN_ENV_LIBNRT);
                 return HAL_ERROR_NOT_FOUND;
             }
-            loaded_path(nrt->dl, TRN_LIBNRT_SONAME, nrt->path, sizeof(nrt->path));
+            if (nrt->path[0] == '\0')
+                loaded_path(nrt->dl, TRN_LIBNRT_SONAME, nrt->path, sizeof(nrt->path));
         }
     }
     hal_status_t st = resolve_symbols(nrt, msg, msg_size);

@@ -1,42 +1,42 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Trainium backend: loading libnrt (and the errors when it is missing, incomplete or fails to
  * initialise), devices as visible NeuronCores, and their properties. */
+#include <errno.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "hal_backends/trainium/tests/trn_test_util.h"
 
 CTEST(TrnBackend, LoadsTheRuntimeAndNamesItself)
 {
-    int tt_failed = 0;
     tt_env_reset();
     tt_setenv("NEURON_RT_VISIBLE_CORES", "0-1");
     hal_backend_t b = NULL;
-    TT_EXPECT_OK(tt_open(&b));
+    EXPECT_OK(tt_open(&b));
     if (b == NULL)
         return CTEST_FAIL;
     const char *name = NULL, *device_name = NULL;
     uint32_t api = 0, count = 0;
-    TT_EXPECT_OK(hal_backend_get_info(b, &name, &device_name, &api));
-    TT_EXPECT(name != NULL && strcmp(name, "trainium") == 0);
-    TT_EXPECT(device_name != NULL && strcmp(device_name, "neuron") == 0);
-    TT_EXPECT(HAL_VERSION_MAJOR(api) == HAL_API_VERSION_MAJOR);
-    TT_EXPECT(HAL_VERSION_MINOR(api) >= 1);
-    TT_EXPECT_OK(hal_device_count(b, &count));
-    TT_EXPECT(count == 2);
+    EXPECT_OK(hal_backend_get_info(b, &name, &device_name, &api));
+    CTEST_EXPECT(name != NULL && strcmp(name, "trainium") == 0);
+    CTEST_EXPECT(device_name != NULL && strcmp(device_name, "neuron") == 0);
+    CTEST_EXPECT(HAL_VERSION_MAJOR(api) == HAL_API_VERSION_MAJOR);
+    CTEST_EXPECT(HAL_VERSION_MINOR(api) >= 1);
+    EXPECT_OK(hal_device_count(b, &count));
+    CTEST_EXPECT(count == 2);
     /* A second open shares the instance (and the runtime, which nrt_init took once). */
     hal_backend_t again = NULL;
-    TT_EXPECT_OK(tt_open(&again));
-    TT_EXPECT(again == b);
-    TT_EXPECT_OK(hal_backend_close(again));
-    TT_EXPECT_OK(hal_backend_close(b));
-    TT_RESULT();
+    EXPECT_OK(tt_open(&again));
+    CTEST_EXPECT(again == b);
+    EXPECT_OK(hal_backend_close(again));
+    EXPECT_OK(hal_backend_close(b));
+    return CTEST_PASS;
 }
 
 /* Devices are the visible logical cores, numbered relative to the visible set. */
 CTEST(TrnBackend, DevicesAreTheVisibleCores)
 {
-    int tt_failed = 0;
     TT_REQUIRE_EMULATOR();
     static const struct {
         const char *visible, *num;
@@ -54,111 +54,109 @@ CTEST(TrnBackend, DevicesAreTheVisibleCores)
         tt_setenv("NEURON_RT_NUM_CORES", cases[i].num);
         hal_backend_t b = NULL;
         uint32_t count = 0;
-        TT_EXPECT_OK(tt_open(&b));
+        EXPECT_OK(tt_open(&b));
         if (b == NULL)
             continue;
-        TT_EXPECT_OK(hal_device_count(b, &count));
+        EXPECT_OK(hal_device_count(b, &count));
         if (count != cases[i].count)
             fprintf(stderr, "case %zu: %u devices, expected %u\n", i, count, cases[i].count);
-        TT_EXPECT(count == cases[i].count);
+        CTEST_EXPECT(count == cases[i].count);
         for (uint32_t d = 0; d < count; d++) {
             uintptr_t native = 99;
             hal_device_properties_t props = HAL_DEVICE_PROPERTIES_INIT;
-            TT_EXPECT_OK(hal_device_get_native_handle(tt_device(b, d), &native));
-            TT_EXPECT(native == d); /* the runtime's relative vnc */
-            TT_EXPECT_OK(hal_device_get_properties(tt_device(b, d), &props));
-            TT_EXPECT(props.index == d);
+            EXPECT_OK(hal_device_get_native_handle(tt_device(b, d), &native));
+            CTEST_EXPECT(native == d); /* the runtime's relative vnc */
+            EXPECT_OK(hal_device_get_properties(tt_device(b, d), &props));
+            CTEST_EXPECT(props.index == d);
         }
-        TT_EXPECT_OK(hal_backend_close(b));
+        EXPECT_OK(hal_backend_close(b));
     }
-    TT_RESULT();
+    return CTEST_PASS;
 }
 
 CTEST(TrnBackend, Properties)
 {
-    int tt_failed = 0;
     TT_REQUIRE_EMULATOR();
     tt_env_reset();
     tt_setenv("NEURON_RT_VISIBLE_CORES", "0-1");
     hal_backend_t b = NULL;
-    TT_EXPECT_OK(tt_open(&b));
+    EXPECT_OK(tt_open(&b));
     if (b == NULL)
         return CTEST_FAIL;
     for (uint32_t d = 0; d < 2; d++) {
         hal_device_properties_t p = HAL_DEVICE_PROPERTIES_INIT;
-        TT_EXPECT_OK(hal_device_get_properties(tt_device(b, d), &p));
+        EXPECT_OK(hal_device_get_properties(tt_device(b, d), &p));
         char want[64];
         snprintf(want, sizeof(want), "NeuronCore-v2 (trn1.32xlarge) %u", d);
         if (strcmp(p.name, want) != 0)
             fprintf(stderr, "name \"%s\", expected \"%s\"\n", p.name, want);
-        TT_EXPECT(strcmp(p.name, want) == 0);
-        TT_EXPECT(strcmp(p.vendor, "AWS") == 0);
-        TT_EXPECT(p.host_addressable == 0);
-        TT_EXPECT(p.total_memory == (UINT64_C(16) << 30)); /* 32 GiB per chip, 2 cores */
-        TT_EXPECT(p.capabilities == (HAL_DEVICE_CAP_TIMING_EVENTS | HAL_DEVICE_CAP_HOST_CALLBACKS |
-                                     HAL_DEVICE_CAP_PEER_COPY));
-        TT_EXPECT(p.stream_priority_least == 0 && p.stream_priority_greatest == -2);
-        TT_EXPECT(p.alignment == 4096);
+        CTEST_EXPECT(strcmp(p.name, want) == 0);
+        CTEST_EXPECT(strcmp(p.vendor, "AWS") == 0);
+        CTEST_EXPECT(p.host_addressable == 0);
+        CTEST_EXPECT(p.total_memory == (UINT64_C(16) << 30)); /* 32 GiB per chip, 2 cores */
+        CTEST_EXPECT(p.capabilities == (HAL_DEVICE_CAP_TIMING_EVENTS |
+                                        HAL_DEVICE_CAP_HOST_CALLBACKS | HAL_DEVICE_CAP_PEER_COPY));
+        CTEST_EXPECT(p.stream_priority_least == 0 && p.stream_priority_greatest == -2);
+        CTEST_EXPECT(p.alignment == 4096);
         hal_mem_stats_t stats = HAL_MEM_STATS_INIT;
-        TT_EXPECT_OK(hal_device_get_mem_stats(tt_device(b, d), &stats));
-        TT_EXPECT(stats.device_bytes_limit == p.total_memory);
-        TT_EXPECT(stats.device_bytes_free == p.total_memory);
+        EXPECT_OK(hal_device_get_mem_stats(tt_device(b, d), &stats));
+        CTEST_EXPECT(stats.device_bytes_limit == p.total_memory);
+        CTEST_EXPECT(stats.device_bytes_free == p.total_memory);
     }
-    TT_EXPECT_OK(hal_backend_close(b));
+    EXPECT_OK(hal_backend_close(b));
 
     /* Another instance type, and a smaller memory for out-of-memory tests. */
     tt_env_reset();
     tt_setenv("NEURON_EMU_INSTANCE", "trn2.48xlarge");
     tt_setenv("NEURON_RT_VISIBLE_CORES", "1");
-    TT_EXPECT_OK(tt_open(&b));
+    EXPECT_OK(tt_open(&b));
     if (b != NULL) {
         hal_device_properties_t p = HAL_DEVICE_PROPERTIES_INIT;
-        TT_EXPECT_OK(hal_device_get_properties(tt_device(b, 0), &p));
-        TT_EXPECT(strcmp(p.name, "NeuronCore-v3 (trn2.48xlarge) 0") == 0);
-        TT_EXPECT(p.total_memory == (UINT64_C(24) << 30));
-        TT_EXPECT_OK(hal_backend_close(b));
+        EXPECT_OK(hal_device_get_properties(tt_device(b, 0), &p));
+        CTEST_EXPECT(strcmp(p.name, "NeuronCore-v3 (trn2.48xlarge) 0") == 0);
+        CTEST_EXPECT(p.total_memory == (UINT64_C(24) << 30));
+        EXPECT_OK(hal_backend_close(b));
     }
     tt_env_reset();
     tt_setenv("NEURON_EMU_INSTANCE", "inf2.24xlarge");
     tt_setenv("NEURON_EMU_HBM_BYTES", "64M");
     tt_setenv("NEURON_RT_NUM_CORES", "1");
-    TT_EXPECT_OK(tt_open(&b));
+    EXPECT_OK(tt_open(&b));
     if (b != NULL) {
         hal_device_properties_t p = HAL_DEVICE_PROPERTIES_INIT;
-        TT_EXPECT_OK(hal_device_get_properties(tt_device(b, 0), &p));
-        TT_EXPECT(strcmp(p.name, "NeuronCore-v2 (inf2.24xlarge) 0") == 0);
-        TT_EXPECT(p.total_memory == (UINT64_C(64) << 20));
-        TT_EXPECT_OK(hal_backend_close(b));
+        EXPECT_OK(hal_device_get_properties(tt_device(b, 0), &p));
+        CTEST_EXPECT(strcmp(p.name, "NeuronCore-v2 (inf2.24xlarge) 0") == 0);
+        CTEST_EXPECT(p.total_memory == (UINT64_C(64) << 20));
+        EXPECT_OK(hal_backend_close(b));
     }
-    TT_RESULT();
+    return CTEST_PASS;
 }
 
 /* HAL_NEURON_LIBNRT naming a missing file: HAL_ERROR_NOT_FOUND naming the variable and path, and
  * nothing else is tried in its place. */
 CTEST(TrnBackend, MissingRuntimeIsNotFound)
 {
-    int tt_failed = 0;
     tt_env_reset();
     char path[1024];
     tt_tmp_path(path, sizeof(path), "no-such-dir/libnrt.so.1");
     tt_setenv("HAL_NEURON_LIBNRT", path);
     hal_backend_t b = NULL;
-    TT_EXPECT_STATUS(hal_backend_open("trainium", &b), HAL_ERROR_NOT_FOUND);
-    TT_EXPECT_MESSAGE("trainium: hal_backend_open: ");
-    TT_EXPECT_MESSAGE("HAL_NEURON_LIBNRT");
-    TT_EXPECT_MESSAGE(path);
-    TT_EXPECT(b == NULL);
+    EXPECT_STATUS(hal_backend_open("trainium", &b), HAL_ERROR_NOT_FOUND);
+    EXPECT_MESSAGE("trainium: hal_backend_open: ");
+    EXPECT_MESSAGE("HAL_NEURON_LIBNRT");
+    EXPECT_MESSAGE(path);
+    CTEST_EXPECT(b == NULL);
     /* A file that is not a library. */
     tt_tmp_path(path, sizeof(path), "not-a-library.so.1");
     FILE *f = fopen(path, "w");
-    TT_EXPECT(f != NULL);
+    CTEST_EXPECT(f != NULL);
     if (f != NULL) {
         fputs("not an ELF file\n", f);
         fclose(f);
     }
     tt_setenv("HAL_NEURON_LIBNRT", path);
-    TT_EXPECT_STATUS(hal_backend_open("trainium", &b), HAL_ERROR_NOT_FOUND);
-    TT_EXPECT_MESSAGE("not-a-library.so.1");
+    EXPECT_STATUS(hal_backend_open("trainium", &b), HAL_ERROR_NOT_FOUND);
+    EXPECT_MESSAGE("not-a-library.so.1");
     /* Unset: the installed runtime, then the loader's search path. Where neither exists (any
      * machine without the Neuron SDK) that is HAL_ERROR_NOT_FOUND naming both and the variable. */
     tt_setenv("HAL_NEURON_LIBNRT", NULL);
@@ -166,92 +164,187 @@ CTEST(TrnBackend, MissingRuntimeIsNotFound)
         hal_status_t st = hal_backend_open("trainium", &b);
         if (st == HAL_OK) {
             fprintf(stderr, "note: a libnrt.so.1 on the loader path was used\n");
-            TT_EXPECT_OK(hal_backend_close(b));
+            EXPECT_OK(hal_backend_close(b));
         } else {
-            TT_EXPECT(st == HAL_ERROR_NOT_FOUND);
-            TT_EXPECT_MESSAGE("the Neuron runtime libnrt.so.1 was not found");
-            TT_EXPECT_MESSAGE("/opt/aws/neuron/lib/libnrt.so.1");
-            TT_EXPECT_MESSAGE("aws-neuronx-runtime-lib");
-            TT_EXPECT_MESSAGE("HAL_NEURON_LIBNRT");
+            CTEST_EXPECT(st == HAL_ERROR_NOT_FOUND);
+            EXPECT_MESSAGE("the Neuron runtime libnrt.so.1 was not found");
+            EXPECT_MESSAGE("/opt/aws/neuron/lib/libnrt.so.1");
+            EXPECT_MESSAGE("aws-neuronx-runtime-lib");
+            EXPECT_MESSAGE("HAL_NEURON_LIBNRT");
         }
     }
     /* The backend opens again once the runtime is there. */
     tt_env_reset();
     tt_setenv("NEURON_RT_NUM_CORES", "1");
-    TT_EXPECT_OK(tt_open(&b));
+    EXPECT_OK(tt_open(&b));
     if (b != NULL)
-        TT_EXPECT_OK(hal_backend_close(b));
-    TT_RESULT();
+        EXPECT_OK(hal_backend_close(b));
+    return CTEST_PASS;
 }
 
 /* A libnrt without the functions the backend needs is refused, naming them all. */
 CTEST(TrnBackend, MissingFunctionsAreNamed)
 {
-    int tt_failed = 0;
     tt_env_reset();
     tt_setenv("HAL_NEURON_LIBNRT", TT_STUB_LIBNRT);
     hal_backend_t b = NULL;
-    TT_EXPECT_STATUS(hal_backend_open("trainium", &b), HAL_ERROR_NOT_FOUND);
-    TT_EXPECT_MESSAGE("libnrt.so.1 at " TT_STUB_LIBNRT " lacks ");
-    TT_EXPECT_MESSAGE("nrt_tensor_copy");
-    TT_EXPECT_MESSAGE("nrt_tensor_allocate,");
-    TT_EXPECT_MESSAGE("nrt_close");
-    TT_EXPECT_MESSAGE("libnrt 2.30");
+    EXPECT_STATUS(hal_backend_open("trainium", &b), HAL_ERROR_NOT_FOUND);
+    EXPECT_MESSAGE("libnrt.so.1 at " TT_STUB_LIBNRT " lacks ");
+    EXPECT_MESSAGE("nrt_tensor_copy");
+    EXPECT_MESSAGE("nrt_tensor_allocate,");
+    EXPECT_MESSAGE("nrt_close");
+    EXPECT_MESSAGE("libnrt 2.30");
     /* The stub does have nrt_init. */
-    TT_EXPECT(strstr(hal_last_error_message(), "nrt_init,") == NULL);
-    TT_EXPECT(strstr(hal_last_error_message(), "lacks nrt_init") == NULL);
-    TT_RESULT();
+    CTEST_EXPECT(strstr(hal_last_error_message(), "nrt_init,") == NULL);
+    CTEST_EXPECT(strstr(hal_last_error_message(), "lacks nrt_init") == NULL);
+    return CTEST_PASS;
 }
 
 /* nrt_init failures are reported with the call, the code and its name. */
 CTEST(TrnBackend, InitFailureNamesTheCall)
 {
-    int tt_failed = 0;
     TT_REQUIRE_EMULATOR();
     hal_backend_t b = NULL;
     /* Cores a trn1.32xlarge does not have: NRT_FAILURE. */
     tt_env_reset();
     tt_setenv("NEURON_RT_VISIBLE_CORES", "40-41");
-    TT_EXPECT_STATUS(hal_backend_open("trainium", &b), HAL_ERROR_BACKEND_SPECIFIC);
-    TT_EXPECT_MESSAGE("nrt_init(NRT_FRAMEWORK_TYPE_PYTORCH)");
-    TT_EXPECT_MESSAGE("returned NRT_FAILURE (1)");
-    TT_EXPECT_MESSAGE("NEURON_RT_VISIBLE_CORES");
+    EXPECT_STATUS(hal_backend_open("trainium", &b), HAL_ERROR_BACKEND_SPECIFIC);
+    EXPECT_MESSAGE("nrt_init(NRT_FRAMEWORK_TYPE_PYTORCH)");
+    EXPECT_MESSAGE("returned NRT_FAILURE (1)");
+    EXPECT_MESSAGE("NEURON_RT_VISIBLE_CORES");
     /* A malformed core list: NRT_INVALID. */
     tt_setenv("NEURON_RT_VISIBLE_CORES", "1,3");
-    TT_EXPECT_STATUS(hal_backend_open("trainium", &b), HAL_ERROR_INVALID_ARGUMENT);
-    TT_EXPECT_MESSAGE("returned NRT_INVALID (2)");
+    EXPECT_STATUS(hal_backend_open("trainium", &b), HAL_ERROR_INVALID_ARGUMENT);
+    EXPECT_MESSAGE("returned NRT_INVALID (2)");
     /* A malformed fault plan is the runtime's NRT_INVALID too. */
     tt_env_reset();
     tt_setenv("NEURON_EMU_FAULTS", "bogus");
-    TT_EXPECT_STATUS(hal_backend_open("trainium", &b), HAL_ERROR_INVALID_ARGUMENT);
-    TT_EXPECT_MESSAGE("NRT_INVALID (2)");
-    TT_RESULT();
+    EXPECT_STATUS(hal_backend_open("trainium", &b), HAL_ERROR_INVALID_ARGUMENT);
+    EXPECT_MESSAGE("NRT_INVALID (2)");
+    return CTEST_PASS;
 }
 
 /* nrt_close at backend close, nrt_init at the next open: the runtime starts clean each time. */
 CTEST(TrnBackend, CloseAndReopen)
 {
-    int tt_failed = 0;
     tt_env_reset();
     tt_setenv("NEURON_RT_VISIBLE_CORES", "3");
     for (int round = 0; round < 3; round++) {
         hal_backend_t b = NULL;
-        TT_EXPECT_OK(tt_open(&b));
+        EXPECT_OK(tt_open(&b));
         if (b == NULL)
             break;
         hal_device_t dev = tt_device(b, 0);
         hal_stream_t s = NULL;
         uint8_t *d = NULL;
         uint8_t host[512];
-        TT_EXPECT_OK(hal_device_get_default_stream(dev, &s));
-        TT_EXPECT_OK(hal_mem_alloc(dev, HAL_MEM_KIND_DEVICE, sizeof(host), 0, (void **)&d));
+        EXPECT_OK(hal_device_get_default_stream(dev, &s));
+        EXPECT_OK(hal_mem_alloc(dev, HAL_MEM_KIND_DEVICE, sizeof(host), 0, (void **)&d));
         /* New device memory reads as zeros on the emulator; write a value per round. */
-        TT_EXPECT_OK(hal_memset_async(d, 0x40 + round, sizeof(host), s));
-        TT_EXPECT_OK(hal_memcpy_async(host, d, sizeof(host), s));
-        TT_EXPECT_OK(hal_stream_synchronize(s));
-        TT_EXPECT(tt_find_other(host, sizeof(host), (uint8_t)(0x40 + round)) == sizeof(host));
+        EXPECT_OK(hal_memset_async(d, 0x40 + round, sizeof(host), s));
+        EXPECT_OK(hal_memcpy_async(host, d, sizeof(host), s));
+        EXPECT_OK(hal_stream_synchronize(s));
+        CTEST_EXPECT(tt_find_other(host, sizeof(host), (uint8_t)(0x40 + round)) == sizeof(host));
         /* Left allocated on purpose: closing the backend frees it before nrt_close. */
-        TT_EXPECT_OK(hal_backend_close(b));
+        EXPECT_OK(hal_backend_close(b));
     }
-    TT_RESULT();
+    return CTEST_PASS;
+}
+
+/* Under torchrun a process that chose no cores takes its local rank's core; a process that chose
+ * some keeps them. The variable the runtime reads is what tells. */
+CTEST(TrnBackend, TorchrunRankTakesItsLocalCore)
+{
+    TT_REQUIRE_EMULATOR();
+    tt_env_reset();
+    tt_setenv("LOCAL_RANK", "1");
+    tt_setenv("WORLD_SIZE", "2");
+    hal_backend_t b = NULL;
+    uint32_t count = 0;
+    if (EXPECT_OK(tt_open(&b))) {
+        const char *visible = getenv("NEURON_RT_VISIBLE_CORES");
+        CTEST_EXPECT(visible != NULL && strcmp(visible, "1") == 0);
+        EXPECT_OK(hal_device_count(b, &count));
+        CTEST_EXPECT(count == 1);
+        EXPECT_OK(hal_backend_close(b));
+    }
+    /* A choice of the process's own is kept. */
+    tt_env_reset();
+    tt_setenv("LOCAL_RANK", "1");
+    tt_setenv("WORLD_SIZE", "2");
+    tt_setenv("NEURON_RT_NUM_CORES", "2");
+    if (EXPECT_OK(tt_open(&b))) {
+        CTEST_EXPECT(getenv("NEURON_RT_VISIBLE_CORES") == NULL);
+        EXPECT_OK(hal_device_count(b, &count));
+        CTEST_EXPECT(count == 2);
+        EXPECT_OK(hal_backend_close(b));
+    }
+    /* Not under torchrun (no WORLD_SIZE), or a LOCAL_RANK that is not a number: nothing set. */
+    tt_env_reset();
+    tt_setenv("LOCAL_RANK", "1");
+    if (EXPECT_OK(tt_open(&b))) {
+        CTEST_EXPECT(getenv("NEURON_RT_VISIBLE_CORES") == NULL);
+        EXPECT_OK(hal_backend_close(b));
+    }
+    tt_env_reset();
+    tt_setenv("LOCAL_RANK", "x1");
+    tt_setenv("WORLD_SIZE", "2");
+    if (EXPECT_OK(tt_open(&b))) {
+        CTEST_EXPECT(getenv("NEURON_RT_VISIBLE_CORES") == NULL);
+        EXPECT_OK(hal_backend_close(b));
+    }
+    tt_env_reset();
+    return CTEST_PASS;
+}
+
+static int copy_file(const char *from, const char *to)
+{
+    FILE *in = fopen(from, "rb"), *out = in ? fopen(to, "wb") : NULL;
+    int rc = in && out ? 0 : -1;
+    char buf[65536];
+    size_t n;
+    while (rc == 0 && (n = fread(buf, 1, sizeof(buf), in)) > 0)
+        rc = fwrite(buf, 1, n, out) == n ? 0 : -1;
+    if (in)
+        fclose(in);
+    if (out && fclose(out) != 0)
+        rc = -1;
+    return rc == 0 ? chmod(to, 0755) : -1;
+}
+
+/* With no runtime installed, a libnrt.so.1 next to the backend library (as a package bundles
+ * the emulator) is the last place the backend looks; HAL_NEURON_BUNDLED_LIBNRT=0 turns it off. */
+CTEST(TrnBackend, BundledRuntimeIsTheLastResort)
+{
+    TT_REQUIRE_EMULATOR();
+    if (access("/opt/aws/neuron/lib/libnrt.so.1", F_OK) == 0)
+        CTEST_SKIP("a Neuron runtime is installed: it is found before a bundled one");
+    char dir[1024], lib[1100], nrt[1100];
+    tt_tmp_path(dir, sizeof(dir), "bundled");
+    CTEST_CHECK(mkdir(dir, 0755) == 0 || errno == EEXIST);
+    snprintf(lib, sizeof(lib), "%s/libhal_backend_trainium.so", dir);
+    snprintf(nrt, sizeof(nrt), "%s/libnrt.so.1", dir);
+    CTEST_CHECK(copy_file("hal_backends/trainium/libhal_backend_trainium.so", lib) == 0);
+    CTEST_CHECK(copy_file(tt_default_libnrt(), nrt) == 0);
+    tt_env_reset();
+    tt_setenv("HAL_NEURON_LIBNRT", NULL);
+    tt_setenv("NEURON_RT_NUM_CORES", "1");
+    hal_backend_t b = NULL;
+    hal_status_t st = hal_backend_open(lib, &b);
+    if (st == HAL_OK) {
+        EXPECT_OK(hal_backend_close(b));
+    } else {
+        EXPECT_STATUS(st, HAL_OK);
+    }
+    tt_setenv("HAL_NEURON_BUNDLED_LIBNRT", "0");
+    st = hal_backend_open(lib, &b);
+    if (st == HAL_OK) { /* a libnrt.so.1 on the loader path */
+        fprintf(stderr, "note: a libnrt.so.1 on the loader path was used\n");
+        EXPECT_OK(hal_backend_close(b));
+    } else {
+        EXPECT_STATUS(st, HAL_ERROR_NOT_FOUND);
+        EXPECT_MESSAGE("the Neuron runtime libnrt.so.1 was not found");
+    }
+    tt_env_reset();
+    return CTEST_PASS;
 }

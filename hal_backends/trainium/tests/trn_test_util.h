@@ -17,41 +17,12 @@
 
 #include "hal/hal.h"
 #include "tools/ctest/ctest.h"
+#include "tools/ctest/ctest_status.h"
 
-/* Checks that do not return, so that a test can always open its gates and clean up; each test
- * declares `int tt_failed = 0;` and ends with TT_RESULT(). */
-#define TT_EXPECT(cond)                                                                    \
-    do {                                                                                   \
-        if (!(cond)) {                                                                     \
-            fprintf(stderr, "%s:%d: expectation failed: %s\n", __FILE__, __LINE__, #cond); \
-            tt_failed = 1;                                                                 \
-        }                                                                                  \
-    } while (0)
-
-#define TT_EXPECT_STATUS(call, expected)                                                           \
-    do {                                                                                           \
-        hal_status_t tt_st_ = (call);                                                              \
-        if (tt_st_ != (expected)) {                                                                \
-            fprintf(stderr, "%s:%d: %s returned %s, expected %s (last error: \"%s\")\n", __FILE__, \
-                    __LINE__, #call, hal_status_string(tt_st_), hal_status_string(expected),       \
-                    hal_last_error_message());                                                     \
-            tt_failed = 1;                                                                         \
-        }                                                                                          \
-    } while (0)
-
-#define TT_EXPECT_OK(call) TT_EXPECT_STATUS(call, HAL_OK)
+/* Checks record a failure and go on (EXPECT_*, CTEST_EXPECT: tools/ctest), so that a test can
+ * always open its gates and clean up. */
 
 /* The last error message (of the calling thread) mentions `fragment`. */
-#define TT_EXPECT_MESSAGE(fragment)                                                         \
-    do {                                                                                    \
-        if (strstr(hal_last_error_message(), (fragment)) == NULL) {                         \
-            fprintf(stderr, "%s:%d: last error \"%s\" does not mention \"%s\"\n", __FILE__, \
-                    __LINE__, hal_last_error_message(), (fragment));                        \
-            tt_failed = 1;                                                                  \
-        }                                                                                   \
-    } while (0)
-
-#define TT_RESULT() return tt_failed ? CTEST_FAIL : CTEST_PASS
 
 /* Where the test targets put the fixture that exports nrt_init only (runfiles-relative). */
 #define TT_STUB_LIBNRT "hal_backends/trainium/tests/libnrt_stub.so"
@@ -74,6 +45,8 @@ bool tt_on_emulator(void);
 void tt_env_reset(void);
 /* Sets an environment variable, or unsets it for NULL. */
 void tt_setenv(const char *name, const char *value);
+/* HAL_NEURON_LIBNRT as the test target set it ("" if unset). */
+const char *tt_default_libnrt(void);
 /* Opens the backend "trainium"; on failure prints the message. */
 hal_status_t tt_open(hal_backend_t *backend);
 /* Device `index` of the backend, NULL if there is none. */
