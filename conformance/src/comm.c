@@ -990,9 +990,11 @@ int cts_comm_memory_kinds(cts_ctx_t *ctx)
             hal_device_t d = job.devices[r];
             if (!CTS_EXPECT_OK(hal_mem_alloc(d, kinds[k][0], bytes, 0, &send[r])) ||
                 !CTS_EXPECT_OK(hal_mem_alloc(d, kinds[k][1], bytes, 0, &recv[r])) ||
-                !CTS_EXPECT_OK(hal_mem_alloc(d, HAL_MEM_KIND_HOST_PINNED, bytes, 0, &host[r])) ||
-                !CTS_EXPECT_OK(hal_device_get_default_stream(d, &streams[r])))
+                !CTS_EXPECT_OK(hal_mem_alloc(d, HAL_MEM_KIND_HOST_PINNED, bytes, 0, &host[r])))
                 rc = CTS_FAIL;
+            /* A stream of each rank's own: with one device, the ranks share it, and one default
+             * stream would queue the second rank's collective behind the first's. */
+            streams[r] = job.streams[r];
         }
         for (int r = 0; r < 2 && rc == CTS_PASS; r++) {
             cc_fill(HAL_DTYPE_F32, CC_CLASS_ADD, r, 0, COUNT, seed, host[r]);

@@ -262,6 +262,13 @@ static void deferred_free_fn(hal_status_t stream_status, void *user)
     free(f);
 }
 
+/* The same as a host function in stream order (a backend without stream callbacks). */
+static hal_status_t deferred_free_host_fn(void *user, hal_status_t stream_status)
+{
+    deferred_free_fn(stream_status, user);
+    return HAL_OK;
+}
+
 hal_status_t hal_mem_free_async(void *ptr, hal_stream_t stream)
 {
     static const char call[] = "hal_mem_free_async";
@@ -295,8 +302,10 @@ hal_status_t hal_mem_free_async(void *ptr, hal_stream_t stream)
     }
     hal_status_t st;
     hal_alloc_record_t counted = f->record; /* f may be gone once the callback is queued */
-    if (ops->stream_add_callback) {
-        st = ops->stream_add_callback(stream->impl, deferred_free_fn, f);
+    if (ops->stream_add_callback || ops->stream_launch_host_fn) {
+        st = ops->stream_add_callback
+                 ? ops->stream_add_callback(stream->impl, deferred_free_fn, f)
+                 : ops->stream_launch_host_fn(stream->impl, deferred_free_host_fn, f);
         if (st == HAL_OK) {
             stats_sub(counted.device, counted.kind, counted.size);
             return HAL_OK;
