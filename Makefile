@@ -30,11 +30,11 @@ PY_TEST_PACKAGES := pytest expecttest
 PY_PLOT_PACKAGES := matplotlib
 C_SOURCES = $(shell git ls-files --cached --others --exclude-standard '*.c' '*.h' '*.cc' '*.cpp')
 # C/C++ targets exercised by the sanitizer runs: every unit test and the conformance suite on
-# the cpu and trainium backends. The suite's runs under the validation and trace layers are left
-# to the default configuration (the same test bodies; CI time).
-SANITIZED := -- //hal/... //hal_backends/... //conformance/... \
-	-//conformance:conformance_cpu_validation -//hal/layers/tests:conformance_cpu_trace \
-	-//hal_backends/trainium/tests:conformance_trainium_validation
+# the cpu, trainium and template backends. The suite's runs under the validation and trace
+# layers are left to the default configuration (the same test bodies; CI time).
+SANITIZED := -- //hal/... //hal_backends/... //conformance/... //tools/... \
+	-//conformance:conformance_cpu_validation -//conformance:conformance_cpu_trace \
+	-//conformance:conformance_trainium_validation
 TESTLOGS := $(OUT)/testlogs
 JUNIT := $(PYTHON) tools/junit.py
 

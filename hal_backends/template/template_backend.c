@@ -20,8 +20,9 @@
 #include "hal_backends/common/hq.h"
 
 /* Compile-time knobs, so that tests can build variants of this backend: the API version and
- * size of its ops table, and its number of devices (with 2, peer copies and cross-device waits
- * are exercised too). */
+ * size of its ops table, its number of devices (with 2, peer copies and cross-device waits are
+ * exercised too), its name, and TEMPLATE_REQUIRED_ONLY: only the slots the loader requires, every
+ * optional one NULL and no capability that needs one (the conformance suite must pass so). */
 #ifndef TEMPLATE_API_VERSION
 #define TEMPLATE_API_VERSION HAL_API_VERSION
 #endif
@@ -30,6 +31,17 @@
 #endif
 #ifndef TEMPLATE_DEVICES
 #define TEMPLATE_DEVICES 1u
+#endif
+#ifndef TEMPLATE_NAME
+#define TEMPLATE_NAME "template"
+#endif
+#ifdef TEMPLATE_REQUIRED_ONLY
+#define TEMPLATE_CAPABILITIES HAL_DEVICE_CAP_PEER_COPY
+#else
+/* Timing events need event_elapsed_ms, host callbacks stream_add_callback (both from the
+ * engine); peer copies need nothing but memcpy_async between devices. */
+#define TEMPLATE_CAPABILITIES \
+    (HAL_DEVICE_CAP_TIMING_EVENTS | HAL_DEVICE_CAP_HOST_CALLBACKS | HAL_DEVICE_CAP_PEER_COPY)
 #endif
 
 #define TEMPLATE_MEMORY    (UINT64_C(1) << 30) /* per device: advertised and enforced */
@@ -110,8 +122,7 @@ static hal_status_t template_device_get_properties(void *device, hal_device_prop
     props->index = d->index;
     props->host_addressable = 1; /* the bridge may run CPU kernels on this memory in place */
     props->total_memory = TEMPLATE_MEMORY;
-    props->capabilities =
-        HAL_DEVICE_CAP_TIMING_EVENTS | HAL_DEVICE_CAP_HOST_CALLBACKS | HAL_DEVICE_CAP_PEER_COPY;
+    props->capabilities = TEMPLATE_CAPABILITIES;
     props->stream_priority_least = 0;
     props->stream_priority_greatest = 0;
     props->alignment = TEMPLATE_ALIGNMENT;
@@ -226,8 +237,8 @@ static hal_status_t template_memset_async(void *stream, const hal_backend_ptr_t 
 static const hal_backend_ops_t template_ops = {
     .struct_size = TEMPLATE_OPS_SIZE,
     .api_version = TEMPLATE_API_VERSION,
-    .name = "template",
-    .device_type_name = "template",
+    .name = TEMPLATE_NAME,
+    .device_type_name = TEMPLATE_NAME,
     .init = template_init,
     .fini = template_fini,
     .device_count = template_device_count,
@@ -246,13 +257,17 @@ static const hal_backend_ops_t template_ops = {
     .stream_query = hq_stream_query,
     .stream_synchronize = hq_stream_synchronize,
     .stream_wait_event = hq_stream_wait_event,
+#ifndef TEMPLATE_REQUIRED_ONLY
     .stream_add_callback = hq_stream_add_callback,
+#endif
     .event_create = hq_event_create,
     .event_destroy = hq_event_destroy,
     .event_record = hq_event_record,
     .event_query = hq_event_query,
     .event_synchronize = hq_event_synchronize,
+#ifndef TEMPLATE_REQUIRED_ONLY
     .event_elapsed_ms = hq_event_elapsed_ms,
+#endif
     .stream_launch_host_fn = hq_stream_launch_host_fn,
 };
 

@@ -4,12 +4,11 @@
 # processes) must leave a complete, valid Chrome trace; the suite's own trace must hold host
 # calls and device-side spans. The traces stay in the test's temporary directory.
 set -eu
-conformance="$1"
 dir="${TEST_TMPDIR:-$(mktemp -d)}/hal-traces"
 mkdir -p "$dir"
 HAL_TRACE_FILE="$dir/hal-trace-%p.json"
 export HAL_TRACE_FILE
-"$conformance" --backend=cpu
+"$@"
 python3 - "$dir" <<'PY'
 import collections, glob, json, os, sys
 files = sorted(glob.glob(os.path.join(sys.argv[1], "hal-trace-*.json")))

@@ -5,4 +5,4 @@
 set -eu
 NEURON_EMU_LOCK_DIR="${TEST_TMPDIR:-$(mktemp -d)}/neuron-emu-locks"
 export NEURON_EMU_LOCK_DIR
-exec "$1" --backend=trainium
+exec "$@"

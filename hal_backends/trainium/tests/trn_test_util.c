@@ -58,10 +58,17 @@ void tt_env_reset(void)
     tt_setenv("NEURON_EMU_LOCK_DIR", locks);
     tt_setenv("HAL_NEURON_LIBNRT", default_libnrt[0] != '\0' ? default_libnrt : NULL);
     static const char *const cleared[] = {
-        "NEURON_RT_VISIBLE_CORES",     "NEURON_RT_NUM_CORES", "NEURON_LOGICAL_NC_CONFIG",
-        "NEURON_RT_VIRTUAL_CORE_SIZE", "NEURON_EMU_INSTANCE", "NEURON_EMU_HBM_BYTES",
-        "NEURON_EMU_DMA_GBPS",         "NEURON_EMU_FAULTS",   "LOCAL_RANK",
-        "WORLD_SIZE",                  "HAL_NEURON_BUNDLED_LIBNRT",
+        "NEURON_RT_VISIBLE_CORES",
+        "NEURON_RT_NUM_CORES",
+        "NEURON_LOGICAL_NC_CONFIG",
+        "NEURON_RT_VIRTUAL_CORE_SIZE",
+        "NEURON_EMU_INSTANCE",
+        "NEURON_EMU_HBM_BYTES",
+        "NEURON_EMU_DMA_GBPS",
+        "NEURON_EMU_FAULTS",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "HAL_NEURON_BUNDLED_LIBNRT",
     };
     for (size_t i = 0; i < sizeof(cleared) / sizeof(cleared[0]); i++)
         tt_setenv(cleared[i], NULL);
