@@ -393,6 +393,12 @@ int cts_backend_probe(cts_ctx_t *ctx)
     CTS_CHECK(info.api_version == version);
     CTS_CHECKF((info.flags & ~HAL_BACKEND_FLAG_EXCLUSIVE_DEVICES) == 0,
                "unknown backend flags 0x%x", (unsigned)info.flags);
+    /* What framework users type: a lowercase identifier (hal_backends/template/README.md). */
+    bool identifier = info.device_type_name[0] >= 'a' && info.device_type_name[0] <= 'z';
+    for (const char *c = info.device_type_name; *c && identifier; c++)
+        identifier = (*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_';
+    CTS_CHECKF(identifier, "device type name \"%s\" is not a lowercase identifier",
+               info.device_type_name);
     return CTS_PASS;
 }
 

@@ -10,6 +10,7 @@
 
 #include <mutex>
 #include <string>
+#include <utility>
 
 #include "aten/Common.h"
 #include "distributed/Bindings.h"
@@ -108,17 +109,21 @@ PYBIND11_MODULE(_C, m)
         "Opens a HAL backend; returns (ok, error message).");
     m.def(
         "_probe_backend",
-        [](const std::string &name) {
-            hal_backend_info_t info = HAL_BACKEND_INFO_INIT;
+        [](const std::string &name) -> py::tuple {
+            hal_backend_info_t info{};
+            info.struct_size = sizeof(info);
             hal_status_t st = hal_backend_probe(name.c_str(), &info);
             if (st != HAL_OK)
-                return py::make_tuple(false, std::string(hal_last_error_message()), py::none());
+                return py::make_tuple(false,
+                                      "backend '" + name + "': hal_backend_probe failed with " +
+                                          hal_status_string(st) + ": " + hal_last_error_message(),
+                                      py::none());
             py::dict d;
             d["name"] = std::string(info.name);
             d["device_type_name"] = std::string(info.device_type_name);
             d["api_version"] = info.api_version;
             d["exclusive_devices"] = (info.flags & HAL_BACKEND_FLAG_EXCLUSIVE_DEVICES) != 0;
-            return py::make_tuple(true, std::string(), d);
+            return py::make_tuple(true, std::string(), std::move(d));
         },
         "What a HAL backend says of itself, without opening it: (ok, error message, dict).");
     m.def("_register", &registerAll, "Registers the open backend as PyTorch's PrivateUse1.");
