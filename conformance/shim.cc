@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "conformance/areas.h"
+#include "conformance/summary.h"
 #include "cts.h"
 
 // Huge allocations are part of the out-of-memory tests: let the sanitizers' allocators return
@@ -93,144 +94,6 @@ std::vector<Param> g_params;
 namespace
 {
 
-// ---- Outcomes and the summary --------------------------------------------------------------
-
-struct Counts {
-    unsigned passed = 0, failed = 0, skipped = 0, known = 0;
-};
-
-struct TestNote {
-    std::string backend, area;
-    bool known_failure = false; // skipped (or, when run anyway, attempted) as a known failure
-    std::string skip_reason;
-};
-
-std::mutex g_summary_lock;
-std::map<std::string, TestNote> g_notes;                       // by full test name
-std::map<std::string, std::map<std::string, Counts>> g_counts; // backend -> area -> counts
-std::map<std::string, unsigned> g_skip_reasons;
-std::vector<std::string> g_now_passing; // known failures that passed when run anyway
-std::vector<std::string> g_failed_tests;
-
-std::string FullName(const testing::TestInfo &info)
-{
-    std::string name = std::string(info.test_suite_name()) + "." + info.name();
-    return name;
-}
-
-void PrintSummary(FILE *out)
-{
-    std::lock_guard<std::mutex> lock(g_summary_lock);
-    Counts all;
-    for (const auto &b : g_counts) {
-        std::fprintf(out, "\n## Conformance summary: %s\n\n", b.first.c_str());
-        std::fprintf(out, "| area | passed | failed | skipped | known failures |\n");
-        std::fprintf(out, "|---|---:|---:|---:|---:|\n");
-        Counts total;
-        for (const auto &a : b.second) {
-            const Counts &c = a.second;
-            std::fprintf(out, "| %s | %u | %u | %u | %u |\n", a.first.c_str(), c.passed, c.failed,
-                         c.skipped, c.known);
-            total.passed += c.passed;
-            total.failed += c.failed;
-            total.skipped += c.skipped;
-            total.known += c.known;
-        }
-        std::fprintf(out, "| **total** | %u | %u | %u | %u |\n", total.passed, total.failed,
-                     total.skipped, total.known);
-        all.passed += total.passed;
-        all.failed += total.failed;
-        all.skipped += total.skipped;
-        all.known += total.known;
-    }
-    if (!g_skip_reasons.empty()) {
-        std::fprintf(out, "\nSkip reasons:\n");
-        for (const auto &r : g_skip_reasons)
-            std::fprintf(out, "- %u x %s\n", r.second, r.first.c_str());
-    }
-    if (!g_now_passing.empty()) {
-        std::fprintf(out, "\nKnown failures that now pass (remove their CTS_KNOWN_FAILURE_ON):\n");
-        for (const auto &n : g_now_passing)
-            std::fprintf(out, "- %s\n", n.c_str());
-    }
-    if (!g_failed_tests.empty()) {
-        std::fprintf(out, "\nFailed:\n");
-        for (const auto &n : g_failed_tests)
-            std::fprintf(out, "- %s\n", n.c_str());
-    }
-    // Known-failure skips are listed in their own column, and are skips in the closing line.
-    std::fprintf(out, "\n%u passed, %u failed, %u skipped\n", all.passed, all.failed,
-                 all.skipped + all.known);
-    std::fflush(out);
-}
-
-class SummaryListener : public testing::EmptyTestEventListener
-{
-    void OnTestEnd(const testing::TestInfo &info) override
-    {
-        const testing::TestResult *result = info.result();
-        std::lock_guard<std::mutex> lock(g_summary_lock);
-        std::string name = FullName(info);
-        TestNote note;
-        auto it = g_notes.find(name);
-        if (it != g_notes.end()) {
-            note = it->second;
-        } else {
-            note.area = info.test_suite_name();
-            note.backend = "?";
-        }
-        Counts &c = g_counts[note.backend][note.area];
-        if (result->Failed()) {
-            c.failed++;
-            g_failed_tests.push_back(name);
-        } else if (result->Skipped()) {
-            if (note.known_failure) {
-                c.known++;
-            } else {
-                c.skipped++;
-                g_skip_reasons[note.skip_reason]++;
-            }
-        } else {
-            c.passed++;
-            if (note.known_failure)
-                g_now_passing.push_back(name);
-        }
-    }
-};
-
-// In an area's child process: every event of every test, as records for the parent.
-class RecordListener : public testing::EmptyTestEventListener
-{
-    void OnTestStart(const testing::TestInfo &info) override
-    {
-        current_ = FullName(info);
-        g_records->Started(current_);
-    }
-    // Called with GoogleTest's own lock held: no UnitTest query here (current_test_info would
-    // deadlock).
-    void OnTestPartResult(const testing::TestPartResult &part) override
-    {
-        if (part.failed())
-            g_records->Failure(current_, part.file_name(), part.line_number(), part.message());
-    }
-    void OnTestEnd(const testing::TestInfo &info) override
-    {
-        std::string name = FullName(info);
-        TestNote note;
-        {
-            std::lock_guard<std::mutex> lock(g_summary_lock);
-            auto it = g_notes.find(name);
-            if (it != g_notes.end())
-                note = it->second;
-        }
-        const testing::TestResult *result = info.result();
-        char outcome = result->Failed() ? 'F' : result->Skipped() ? 'S' : 'P';
-        g_records->Ended(name, outcome, note.known_failure, note.skip_reason);
-    }
-
-    std::string current_; // the test running now (GoogleTest runs one at a time)
-};
-
 // ---- Per-test watchdog ------------------------------------------------------------------------
 
 class Watchdog
@@ -287,15 +150,8 @@ class Watchdog
             std::fflush(stderr);
             _exit(1);
         }
-        {
-            std::lock_guard<std::mutex> lock(g_summary_lock);
-            auto it = g_notes.find(name);
-            std::string backend = it != g_notes.end() ? it->second.backend : "?";
-            std::string area = it != g_notes.end() ? it->second.area : "?";
-            g_counts[backend][area].failed++;
-            g_failed_tests.push_back(name + " (timeout)");
-        }
-        PrintSummary(stdout);
+        cts::CountTimedOut(name);
+        cts::PrintSummary(stdout);
         std::fflush(stderr);
         _exit(1);
     }
@@ -332,14 +188,9 @@ class Test : public testing::TestWithParam<Param>
     void SetUp() override
     {
         const testing::TestInfo *info = testing::UnitTest::GetInstance()->current_test_info();
-        name_ = FullName(*info);
+        name_ = cts::FullName(*info);
         const Param &p = GetParam();
-        {
-            std::lock_guard<std::mutex> lock(g_summary_lock);
-            TestNote &note = g_notes[name_];
-            note.backend = p.backend;
-            note.area = info->test_suite_name();
-        }
+        cts::NoteTest(name_, p.backend, info->test_suite_name());
         if (IsParent())
             return; // the area's child process ran this test; Run() reports what it said
         g_watchdog.Arm(name_, g_options.timeout_s);
@@ -401,15 +252,10 @@ class Test : public testing::TestWithParam<Param>
         int rc = SelfTestFault(name_);
         if (rc < 0)
             rc = body(&ctx_);
-        if (ctx_.known_failure) {
-            std::lock_guard<std::mutex> lock(g_summary_lock);
-            g_notes[name_].known_failure = true;
-        }
+        if (ctx_.known_failure)
+            cts::NoteOutcome(name_, true, nullptr);
         if (rc == CTS_SKIP) {
-            {
-                std::lock_guard<std::mutex> lock(g_summary_lock);
-                g_notes[name_].skip_reason = ctx_.skip_reason;
-            }
+            cts::NoteOutcome(name_, ctx_.known_failure, ctx_.skip_reason);
             GTEST_SKIP() << ctx_.skip_reason;
         } else if (rc != CTS_PASS && !HasFailure()) {
             ADD_FAILURE() << "the body returned " << rc << " without reporting a failure";
@@ -425,12 +271,7 @@ class Test : public testing::TestWithParam<Param>
     // harness adds (a crash, a timeout, not run).
     void Report(const Outcome &o)
     {
-        {
-            std::lock_guard<std::mutex> lock(g_summary_lock);
-            TestNote &note = g_notes[name_];
-            note.known_failure = o.known_failure;
-            note.skip_reason = o.skip_reason;
-        }
+        cts::NoteOutcome(name_, o.known_failure, o.skip_reason.c_str());
         for (const auto &f : o.failures)
             ADD_FAILURE_AT(f.file.c_str(), f.line) << f.message;
         for (const auto &p : o.problems)
@@ -882,7 +723,7 @@ int main(int argc, char **argv)
         g_records = new cts::RecordWriter(g_options.child_records_fd);
         // The parent prints every test's result; the child adds only what bodies print.
         delete listeners.Release(listeners.default_result_printer());
-        listeners.Append(new RecordListener);
+        listeners.Append(cts::NewRecordListener(g_records));
         g_watchdog.Start();
         return RUN_ALL_TESTS();
     }
@@ -899,10 +740,10 @@ int main(int argc, char **argv)
         g_area_runner = new cts::AreaRunner(ChildConfig());
         listeners.Append(g_area_runner);
     }
-    listeners.Append(new SummaryListener);
+    listeners.Append(cts::NewSummaryListener());
     if (!IsParent())
         g_watchdog.Start();
     int rc = RUN_ALL_TESTS();
-    PrintSummary(stdout);
+    cts::PrintSummary(stdout);
     return rc;
 }
