@@ -301,4 +301,18 @@ hq_device_t *hq_event_device(const hq_event_t *event);
  * Thread safety: safe. */
 hal_status_t hq_event_elapsed_ms(void *start, void *end, float *ms);
 
+/* The engine's slot functions that a backend's ops table takes as they are, as designated
+ * initializers: `static const hal_backend_ops_t ops = { ..., HQ_REQUIRED_SLOTS, ... };`. These
+ * are the slots the loader requires; the engine also serves two optional ones, which a backend
+ * sets only with the capability they go with: stream_add_callback = hq_stream_add_callback
+ * (HAL_DEVICE_CAP_HOST_CALLBACKS) and event_elapsed_ms = hq_event_elapsed_ms
+ * (HAL_DEVICE_CAP_TIMING_EVENTS). */
+#define HQ_REQUIRED_SLOTS                                                                   \
+    .device_synchronize = hq_device_synchronize, .stream_create = hq_stream_create,         \
+    .stream_destroy = hq_stream_destroy, .stream_query = hq_stream_query,                   \
+    .stream_synchronize = hq_stream_synchronize, .stream_wait_event = hq_stream_wait_event, \
+    .stream_launch_host_fn = hq_stream_launch_host_fn, .event_create = hq_event_create,     \
+    .event_destroy = hq_event_destroy, .event_record = hq_event_record,                     \
+    .event_query = hq_event_query, .event_synchronize = hq_event_synchronize
+
 #endif /* HAL_BACKENDS_COMMON_HQ_H */

@@ -157,31 +157,21 @@ static const hal_backend_ops_t cpu_ops = {
     .device_open = cpu_device_open,
     .device_close = cpu_device_close,
     .device_get_properties = cpu_device_get_properties,
-    .device_synchronize = hq_device_synchronize,
+    /* Streams and events: the engine's slots, as they are. */
+    HQ_REQUIRED_SLOTS,
     .device_get_native_handle = cpu_device_get_native_handle,
     .device_get_free_memory = cpu_device_get_free_memory,
     .mem_alloc = cpu_mem_alloc,
     .mem_free = cpu_mem_free,
     .memcpy_async = cpu_memcpy_async,
     .memset_async = cpu_memset_async,
-    .stream_create = hq_stream_create,
-    .stream_destroy = hq_stream_destroy,
-    .stream_query = hq_stream_query,
-    .stream_synchronize = hq_stream_synchronize,
-    .stream_wait_event = hq_stream_wait_event,
     .stream_add_callback = hq_stream_add_callback,
     .stream_get_native_handle = cpu_stream_get_native_handle,
-    .event_create = hq_event_create,
-    .event_destroy = hq_event_destroy,
-    .event_record = hq_event_record,
-    .event_query = hq_event_query,
-    .event_synchronize = hq_event_synchronize,
     .event_elapsed_ms = hq_event_elapsed_ms,
     .event_get_native_handle = cpu_event_get_native_handle,
     /* mem_free_async stays NULL: the core's callback-based fallback is exactly what this backend
      * would do, and the device does not advertise HAL_DEVICE_CAP_STREAM_FREE. */
     .mem_free_async = NULL,
-    .stream_launch_host_fn = hq_stream_launch_host_fn,
     .mem_ipc_export = cpu_mem_ipc_export,
     .mem_ipc_open = cpu_mem_ipc_open,
     .mem_ipc_close = cpu_mem_ipc_close,
@@ -189,13 +179,5 @@ static const hal_backend_ops_t cpu_ops = {
      * stream_launch_host_fn, in place on memory mapped with the IPC slots. */
 };
 
-/* The backend's one exported symbol: hands the loader the static ops table, if the loader speaks
- * the same major ABI version. */
-HAL_BACKEND_EXPORT hal_status_t hal_backend_get_ops(uint32_t host_api_version,
-                                                    const hal_backend_ops_t **ops)
-{
-    if (HAL_VERSION_MAJOR(host_api_version) != HAL_API_VERSION_MAJOR)
-        return HAL_ERROR_VERSION_MISMATCH;
-    *ops = &cpu_ops;
-    return HAL_OK;
-}
+/* The one exported symbol. */
+HAL_BACKEND_DEFINE_ENTRY(cpu_ops)

@@ -245,38 +245,20 @@ static const hal_backend_ops_t template_ops = {
     .device_open = template_device_open,
     .device_close = template_device_close,
     .device_get_properties = template_device_get_properties,
-    .device_synchronize = hq_device_synchronize,
+    /* Streams and events: the engine's slots, as they are. */
+    HQ_REQUIRED_SLOTS,
     .device_get_free_memory = template_device_get_free_memory,
     .mem_alloc = template_mem_alloc,
     .mem_free = template_mem_free,
     .memcpy_async = template_memcpy_async,
     .memset_async = template_memset_async,
-    /* Streams and events: the engine's slots, as they are. */
-    .stream_create = hq_stream_create,
-    .stream_destroy = hq_stream_destroy,
-    .stream_query = hq_stream_query,
-    .stream_synchronize = hq_stream_synchronize,
-    .stream_wait_event = hq_stream_wait_event,
 #ifndef TEMPLATE_REQUIRED_ONLY
+    /* Optional, and the engine serves them: with HAL_DEVICE_CAP_HOST_CALLBACKS and
+     * HAL_DEVICE_CAP_TIMING_EVENTS. */
     .stream_add_callback = hq_stream_add_callback,
-#endif
-    .event_create = hq_event_create,
-    .event_destroy = hq_event_destroy,
-    .event_record = hq_event_record,
-    .event_query = hq_event_query,
-    .event_synchronize = hq_event_synchronize,
-#ifndef TEMPLATE_REQUIRED_ONLY
     .event_elapsed_ms = hq_event_elapsed_ms,
 #endif
-    .stream_launch_host_fn = hq_stream_launch_host_fn,
 };
 
 /* The one exported symbol. */
-HAL_BACKEND_EXPORT hal_status_t hal_backend_get_ops(uint32_t host_api_version,
-                                                    const hal_backend_ops_t **ops)
-{
-    if (HAL_VERSION_MAJOR(host_api_version) != HAL_API_VERSION_MAJOR)
-        return HAL_ERROR_VERSION_MISMATCH;
-    *ops = &template_ops;
-    return HAL_OK;
-}
+HAL_BACKEND_DEFINE_ENTRY(template_ops)

@@ -141,25 +141,16 @@ static const hal_backend_ops_t trn_ops = {
     .device_open = trn_device_open,
     .device_close = trn_device_close,
     .device_get_properties = trn_device_get_properties,
-    .device_synchronize = hq_device_synchronize,
+    /* Streams and events: the engine's slots, as they are. */
+    HQ_REQUIRED_SLOTS,
     .device_get_native_handle = trn_device_get_native_handle,
     .device_get_free_memory = trn_device_get_free_memory,
     .mem_alloc = trn_mem_alloc,
     .mem_free = trn_mem_free,
     .memcpy_async = trn_memcpy_async,
     .memset_async = trn_memset_async,
-    .stream_create = hq_stream_create,
-    .stream_destroy = hq_stream_destroy,
-    .stream_query = hq_stream_query,
-    .stream_synchronize = hq_stream_synchronize,
-    .stream_wait_event = hq_stream_wait_event,
     .stream_add_callback = hq_stream_add_callback,
     .stream_get_native_handle = trn_stream_get_native_handle,
-    .event_create = hq_event_create,
-    .event_destroy = hq_event_destroy,
-    .event_record = hq_event_record,
-    .event_query = hq_event_query,
-    .event_synchronize = hq_event_synchronize,
     .event_elapsed_ms = hq_event_elapsed_ms,
     .event_get_native_handle = trn_event_get_native_handle,
     /* NULL: the core frees from a host callback in stream order, which is all this backend
@@ -167,7 +158,6 @@ static const hal_backend_ops_t trn_ops = {
     .mem_free_async = NULL,
 
     /* ---- 1.1 ---- */
-    .stream_launch_host_fn = hq_stream_launch_host_fn,
     /* No HAL_DEVICE_CAP_IPC: libnrt 2.30 has no way to map one process's tensor into another
      * (nrt_get_dmabuf_fd exports for NICs, not for other runtime instances). */
     .mem_ipc_export = NULL,
@@ -211,13 +201,5 @@ static const hal_backend_ops_t trn_ops = {
     .group_end = NULL,
 };
 
-/* The backend's one exported symbol: hands the loader the static ops table, if the loader speaks
- * the same major ABI version. */
-HAL_BACKEND_EXPORT hal_status_t hal_backend_get_ops(uint32_t host_api_version,
-                                                    const hal_backend_ops_t **ops)
-{
-    if (HAL_VERSION_MAJOR(host_api_version) != HAL_API_VERSION_MAJOR)
-        return HAL_ERROR_VERSION_MISMATCH;
-    *ops = &trn_ops;
-    return HAL_OK;
-}
+/* The one exported symbol. */
+HAL_BACKEND_DEFINE_ENTRY(trn_ops)

@@ -42,6 +42,19 @@ typedef hal_status_t (*hal_backend_entry_fn)(uint32_t host_api_version,
 #define HAL_BACKEND_EXPORT
 #endif
 
+/* Defines a backend's entry point: hands the loader `table` (a static hal_backend_ops_t) when
+ * the loader speaks the same major version, HAL_ERROR_VERSION_MISMATCH otherwise. A backend that
+ * needs more at that point writes the function itself. */
+#define HAL_BACKEND_DEFINE_ENTRY(table)                                                \
+    HAL_BACKEND_EXPORT hal_status_t hal_backend_get_ops(uint32_t host_api_version,     \
+                                                        const hal_backend_ops_t **ops) \
+    {                                                                                  \
+        if (HAL_VERSION_MAJOR(host_api_version) != HAL_API_VERSION_MAJOR)              \
+            return HAL_ERROR_VERSION_MISMATCH;                                         \
+        *ops = &(table);                                                               \
+        return HAL_OK;                                                                 \
+    }
+
 #ifdef __cplusplus
 }
 #endif
