@@ -9,7 +9,7 @@ HAL_C_COPTS = [
     "-Wno-unused-parameter",
 ]
 
-# The HAL's own libraries: libhal.so exports only the public API (HAL_API, hal/libhal.map).
+# The HAL's own libraries: libhal.so.1 exports only the public API (HAL_API, hal/libhal.map).
 HAL_LIB_COPTS = HAL_C_COPTS + ["-fvisibility=hidden"]
 
 # Backends export only their entry symbol (HAL_BACKEND_EXPORT).

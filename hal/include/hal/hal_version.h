@@ -19,7 +19,7 @@ extern "C" {
 #define HAL_API_VERSION_MINOR 1
 #define HAL_API_VERSION       HAL_MAKE_VERSION(HAL_API_VERSION_MAJOR, HAL_API_VERSION_MINOR)
 
-/* Marks the functions of the public API: the only symbols libhal.so exports (it is built with
+/* Marks the functions of the public API: the only symbols libhal.so.1 exports (it is built with
  * -fvisibility=hidden and the version script hal/libhal.map). */
 #if defined(__GNUC__)
 #define HAL_API __attribute__((visibility("default")))
