@@ -292,6 +292,10 @@ static int workload(const char *layers, const char *spec, int iters, char *log, 
             e = NULL;
         if (s[k] && p && h) {
             NOTE_ASYNC(hal_memset_async(p, i & 0xff, 4096, s[k]));
+            /* Wait for the memset (and a failure injected behind it): whether the next enqueue
+             * is accepted, and so counted by the faults layer, must not depend on how far the
+             * stream got. */
+            NOTE(hal_stream_synchronize(s[k]));
             NOTE_ASYNC(hal_memcpy_async(h, p, 4096, s[k]));
             if (e)
                 NOTE_ASYNC(hal_event_record(e, s[k]));
