@@ -57,9 +57,7 @@ void hal_validation_on_free_failure(const void *ptr, const char *call)
 
 hal_status_t hal_validation_get_leak_count(uint64_t *count)
 {
-    if (!count)
-        return hal_error(HAL_ERROR_INVALID_ARGUMENT, NULL, "hal_validation_get_leak_count",
-                         "count is NULL");
+    HAL_CHECK_NOT_NULL(count, NULL, "hal_validation_get_leak_count");
     *count = atomic_load(&leak_count);
     return HAL_OK;
 }

@@ -145,8 +145,7 @@ hal_status_t hal_allocator_create(hal_device_t device, const hal_allocator_confi
     HAL_CHECK(hal_device_get_backend(device, &backend));
     HAL_CHECK(hal_backend_get_info(backend, &name, NULL, NULL));
 
-    if (out == NULL)
-        return hal_error(HAL_ERROR_INVALID_ARGUMENT, name, call, "out is NULL");
+    HAL_CHECK_NOT_NULL(out, name, call);
     hal_allocator_config_t cfg = HAL_ALLOCATOR_CONFIG_INIT;
     if (config != NULL) {
         if (config->struct_size < sizeof(hal_allocator_config_t))
@@ -280,8 +279,7 @@ hal_status_t hal_allocator_alloc(hal_allocator_t a, size_t size, hal_stream_t st
     HAL_CHECK_HANDLE(a, HAL_MAGIC_ALLOCATOR, "hal_allocator_t", call);
     if (HAL_UNLIKELY(!device_live(a)))
         return ca_device_closed(a, call);
-    if (HAL_UNLIKELY(ptr == NULL))
-        return hal_error(HAL_ERROR_INVALID_ARGUMENT, a->backend, call, "ptr is NULL");
+    HAL_CHECK_NOT_NULL(ptr, a->backend, call);
     HAL_CHECK(resolve_stream(a, &stream, call));
     if (HAL_UNLIKELY(size == 0)) {
         *ptr = NULL;

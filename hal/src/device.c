@@ -176,8 +176,7 @@ hal_status_t hal_device_count(hal_backend_t backend, uint32_t *count)
 {
     static const char call[] = "hal_device_count";
     HAL_CHECK_BACKEND(backend, call);
-    if (!count)
-        return hal_error(HAL_ERROR_INVALID_ARGUMENT, backend->ops->name, call, "count is NULL");
+    HAL_CHECK_NOT_NULL(count, backend->ops->name, call);
     *count = backend->device_count;
     return HAL_OK;
 }
@@ -186,8 +185,7 @@ hal_status_t hal_device_get(hal_backend_t backend, uint32_t index, hal_device_t 
 {
     static const char call[] = "hal_device_get";
     HAL_CHECK_BACKEND(backend, call);
-    if (!device)
-        return hal_error(HAL_ERROR_INVALID_ARGUMENT, backend->ops->name, call, "device is NULL");
+    HAL_CHECK_NOT_NULL(device, backend->ops->name, call);
     if (index >= backend->device_count)
         return hal_error(HAL_ERROR_INVALID_ARGUMENT, backend->ops->name, call,
                          "device index %u out of range (the backend has %u devices)", index,
@@ -200,8 +198,7 @@ hal_status_t hal_device_get_properties(hal_device_t device, hal_device_propertie
 {
     static const char call[] = "hal_device_get_properties";
     HAL_CHECK_DEVICE(device, call);
-    if (!props)
-        return hal_error(HAL_ERROR_INVALID_ARGUMENT, device->ops->name, call, "props is NULL");
+    HAL_CHECK_NOT_NULL(props, device->ops->name, call);
     if (props->struct_size < sizeof(hal_device_properties_t))
         return hal_error(HAL_ERROR_INVALID_ARGUMENT, device->ops->name, call,
                          "props->struct_size %zu is smaller than the v1.0 struct (%zu)",
@@ -218,8 +215,7 @@ hal_status_t hal_device_get_backend(hal_device_t device, hal_backend_t *backend)
 {
     static const char call[] = "hal_device_get_backend";
     HAL_CHECK_DEVICE(device, call);
-    if (!backend)
-        return hal_error(HAL_ERROR_INVALID_ARGUMENT, device->ops->name, call, "backend is NULL");
+    HAL_CHECK_NOT_NULL(backend, device->ops->name, call);
     *backend = device->backend;
     return HAL_OK;
 }
@@ -234,9 +230,7 @@ hal_status_t hal_set_current_device(hal_device_t device)
 
 hal_status_t hal_get_current_device(hal_device_t *device)
 {
-    if (!device)
-        return hal_error(HAL_ERROR_INVALID_ARGUMENT, NULL, "hal_get_current_device",
-                         "device is NULL");
+    HAL_CHECK_NOT_NULL(device, NULL, "hal_get_current_device");
     hal_device_t d = current_device;
     /* A device whose backend was closed since it was set reads as unset. */
     *device = (d && d->obj.magic == HAL_MAGIC_DEVICE) ? d : NULL;
@@ -289,8 +283,7 @@ hal_status_t hal_device_get_native_handle(hal_device_t device, uintptr_t *native
 {
     static const char call[] = "hal_device_get_native_handle";
     HAL_CHECK_DEVICE(device, call);
-    if (!native)
-        return hal_error(HAL_ERROR_INVALID_ARGUMENT, device->ops->name, call, "native is NULL");
+    HAL_CHECK_NOT_NULL(native, device->ops->name, call);
     return hal_finish(HAL_SLOT_CALL(device->ops, device_get_native_handle, device->impl, native),
                       device->ops, call);
 }

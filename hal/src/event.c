@@ -17,8 +17,7 @@ hal_status_t hal_event_create(hal_device_t device, uint32_t flags, hal_event_t *
     static const char call[] = "hal_event_create";
     HAL_CHECK_DEVICE(device, call);
     const hal_backend_ops_t *ops = device->ops;
-    if (!event)
-        return hal_error(HAL_ERROR_INVALID_ARGUMENT, ops->name, call, "event is NULL");
+    HAL_CHECK_NOT_NULL(event, ops->name, call);
     if (flags & ~HAL_EVENT_FLAG_TIMING)
         return hal_error(HAL_ERROR_INVALID_ARGUMENT, ops->name, call, "unknown flags 0x%x",
                          flags & ~HAL_EVENT_FLAG_TIMING);
@@ -91,8 +90,7 @@ hal_status_t hal_event_elapsed_ms(hal_event_t start, hal_event_t end, float *ms)
     HAL_CHECK_EVENT(start, call);
     HAL_CHECK_EVENT(end, call);
     const hal_backend_ops_t *ops = start->ops;
-    if (!ms)
-        return hal_error(HAL_ERROR_INVALID_ARGUMENT, ops->name, call, "ms is NULL");
+    HAL_CHECK_NOT_NULL(ms, ops->name, call);
     if (!(start->flags & end->flags & HAL_EVENT_FLAG_TIMING))
         return hal_error(HAL_ERROR_INVALID_ARGUMENT, ops->name, call,
                          "both events need HAL_EVENT_FLAG_TIMING");
@@ -106,8 +104,7 @@ hal_status_t hal_event_get_native_handle(hal_event_t event, uintptr_t *native)
 {
     static const char call[] = "hal_event_get_native_handle";
     HAL_CHECK_EVENT(event, call);
-    if (!native)
-        return hal_error(HAL_ERROR_INVALID_ARGUMENT, event->ops->name, call, "native is NULL");
+    HAL_CHECK_NOT_NULL(native, event->ops->name, call);
     return hal_finish(HAL_SLOT_CALL(event->ops, event_get_native_handle, event->impl, native),
                       event->ops, call);
 }

@@ -52,9 +52,7 @@ static void install_atfork(void)
 
 hal_status_t hal_get_api_version(uint32_t *version)
 {
-    if (!version)
-        return hal_error(HAL_ERROR_INVALID_ARGUMENT, NULL, "hal_get_api_version",
-                         "version is NULL");
+    HAL_CHECK_NOT_NULL(version, NULL, "hal_get_api_version");
     *version = HAL_API_VERSION;
     return HAL_OK;
 }
@@ -451,8 +449,7 @@ hal_status_t hal_backend_get_info(hal_backend_t backend, const char **name,
 {
     static const char call[] = "hal_backend_get_info";
     HAL_CHECK_BACKEND(backend, call);
-    if (!name)
-        return hal_error(HAL_ERROR_INVALID_ARGUMENT, backend->ops->name, call, "name is NULL");
+    HAL_CHECK_NOT_NULL(name, backend->ops->name, call);
     *name = backend->ops->name;
     if (device_name)
         *device_name =

@@ -53,8 +53,7 @@ hal_status_t hal_mem_alloc(hal_device_t device, hal_mem_kind_t kind, size_t size
     static const char call[] = "hal_mem_alloc";
     HAL_CHECK_DEVICE(device, call);
     const hal_backend_ops_t *ops = device->ops;
-    if (!ptr)
-        return hal_error(HAL_ERROR_INVALID_ARGUMENT, ops->name, call, "ptr is NULL");
+    HAL_CHECK_NOT_NULL(ptr, ops->name, call);
     if (kind != HAL_MEM_KIND_DEVICE && kind != HAL_MEM_KIND_HOST_PINNED &&
         kind != HAL_MEM_KIND_SHARED)
         return hal_error(HAL_ERROR_INVALID_ARGUMENT, ops->name, call, "invalid memory kind %d",
@@ -161,8 +160,7 @@ hal_status_t hal_mem_ipc_get_handle(const void *ptr, hal_ipc_handle_t *handle)
 {
     static const char call[] = "hal_mem_ipc_get_handle";
     hal_alloc_record_t r;
-    if (!handle)
-        return hal_error(HAL_ERROR_INVALID_ARGUMENT, NULL, call, "handle is NULL");
+    HAL_CHECK_NOT_NULL(handle, NULL, call);
     if (!ptr || !hal_mem_map_lookup(ptr, &r) || r.kind != HAL_MEM_KIND_DEVICE || r.ipc_mapped)
         return hal_error(HAL_ERROR_INVALID_ARGUMENT, NULL, call,
                          "%p is not device memory allocated through the HAL", ptr);

@@ -72,6 +72,14 @@ static inline bool hal_handle_is_live(const void *h, uint32_t magic)
             return hal_check_status_;            \
     } while (0)
 
+/* Returns HAL_ERROR_INVALID_ARGUMENT ("<arg> is NULL", naming the backend and the call) when a
+ * pointer argument is NULL. */
+#define HAL_CHECK_NOT_NULL(arg, backend_name, call)                                                \
+    do {                                                                                           \
+        if (HAL_UNLIKELY((arg) == NULL))                                                           \
+            return hal_error(HAL_ERROR_INVALID_ARGUMENT, (backend_name), (call), #arg " is NULL"); \
+    } while (0)
+
 /* Stores a non-OK status in `st` and jumps to `label`. */
 #define HAL_CHECK_GOTO(expr, st, label) \
     do {                                \

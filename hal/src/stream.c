@@ -45,8 +45,7 @@ hal_status_t hal_stream_create(hal_device_t device, int32_t priority, hal_stream
 {
     static const char call[] = "hal_stream_create";
     HAL_CHECK_DEVICE(device, call);
-    if (!stream)
-        return hal_error(HAL_ERROR_INVALID_ARGUMENT, device->ops->name, call, "stream is NULL");
+    HAL_CHECK_NOT_NULL(stream, device->ops->name, call);
     if (priority > device->props.stream_priority_least ||
         priority < device->props.stream_priority_greatest)
         return hal_error(HAL_ERROR_INVALID_ARGUMENT, device->ops->name, call,
@@ -60,8 +59,7 @@ hal_status_t hal_device_get_default_stream(hal_device_t device, hal_stream_t *st
 {
     static const char call[] = "hal_device_get_default_stream";
     HAL_CHECK_DEVICE(device, call);
-    if (!stream)
-        return hal_error(HAL_ERROR_INVALID_ARGUMENT, device->ops->name, call, "stream is NULL");
+    HAL_CHECK_NOT_NULL(stream, device->ops->name, call);
     *stream = device->default_stream;
     return HAL_OK;
 }
@@ -126,8 +124,7 @@ hal_status_t hal_stream_add_callback(hal_stream_t stream, hal_host_fn_t fn, void
 {
     static const char call[] = "hal_stream_add_callback";
     HAL_CHECK_STREAM(stream, call);
-    if (!fn)
-        return hal_error(HAL_ERROR_INVALID_ARGUMENT, stream->ops->name, call, "fn is NULL");
+    HAL_CHECK_NOT_NULL(fn, stream->ops->name, call);
     if (!(stream->device->props.capabilities & HAL_DEVICE_CAP_HOST_CALLBACKS))
         return hal_error(HAL_ERROR_UNSUPPORTED, stream->ops->name, call,
                          "host callbacks are not supported (HAL_DEVICE_CAP_HOST_CALLBACKS)");
@@ -149,8 +146,7 @@ hal_status_t hal_stream_get_native_handle(hal_stream_t stream, uintptr_t *native
 {
     static const char call[] = "hal_stream_get_native_handle";
     HAL_CHECK_STREAM(stream, call);
-    if (!native)
-        return hal_error(HAL_ERROR_INVALID_ARGUMENT, stream->ops->name, call, "native is NULL");
+    HAL_CHECK_NOT_NULL(native, stream->ops->name, call);
     return hal_finish(HAL_SLOT_CALL(stream->ops, stream_get_native_handle, stream->impl, native),
                       stream->ops, call);
 }

@@ -34,29 +34,14 @@ hal_status_t bs_allgather(hal_bootstrap_t *b, const void *mine, size_t size, voi
     return HAL_OK;
 }
 
-static hal_status_t bs_check_coll(hal_bootstrap_t *b, const void *p, size_t size, const char *call)
-{
-    if (b == NULL)
-        return hal_error(HAL_ERROR_INVALID_ARGUMENT, NULL, call, "bootstrap is NULL");
-    if (p == NULL && size > 0)
-        return hal_error(HAL_ERROR_INVALID_ARGUMENT, NULL, call, "buffer is NULL");
-    if (size > HAL_BOOTSTRAP_MAX_MESSAGE)
-        return hal_error(HAL_ERROR_INVALID_ARGUMENT, NULL, call,
-                         "%zu bytes exceed HAL_BOOTSTRAP_MAX_MESSAGE (%u)", size,
-                         HAL_BOOTSTRAP_MAX_MESSAGE);
-    if (bs_aborted(b))
-        return hal_error(HAL_ERROR_ABORTED, NULL, call, "the bootstrap was aborted");
-    return HAL_OK;
-}
-
 /* out[r * size ...] = rank r's `mine`, on every rank (mine may alias out's own block). Returns
  * HAL_OK or an error as hal_bootstrap_send (INVALID_ARGUMENT also when ranks pass different sizes).
  * Thread safety: one collective helper at a time per bootstrap. */
 hal_status_t hal_bootstrap_allgather(hal_bootstrap_t *b, const void *mine, size_t size, void *out)
 {
     const char *call = "bootstrap allgather";
-    HAL_CHECK(bs_check_coll(b, mine, size, call));
-    HAL_CHECK(bs_check_coll(b, out, size, call));
+    HAL_CHECK(bs_check_message(b, mine, size, call));
+    HAL_CHECK(bs_check_message(b, out, size, call));
     return bs_allgather(b, mine, size, out, call);
 }
 
@@ -66,7 +51,7 @@ hal_status_t hal_bootstrap_allgather(hal_bootstrap_t *b, const void *mine, size_
 hal_status_t hal_bootstrap_broadcast(hal_bootstrap_t *b, void *data, size_t size, int root)
 {
     const char *call = "bootstrap broadcast";
-    HAL_CHECK(bs_check_coll(b, data, size, call));
+    HAL_CHECK(bs_check_message(b, data, size, call));
     if (root < 0 || root >= b->nranks)
         return hal_error(HAL_ERROR_INVALID_ARGUMENT, NULL, call, "root %d is not in 0..%d", root,
                          b->nranks - 1);
@@ -97,7 +82,7 @@ hal_status_t hal_bootstrap_broadcast(hal_bootstrap_t *b, void *data, size_t size
 hal_status_t hal_bootstrap_barrier(hal_bootstrap_t *b)
 {
     const char *call = "bootstrap barrier";
-    HAL_CHECK(bs_check_coll(b, NULL, 0, call));
+    HAL_CHECK(bs_check_message(b, NULL, 0, call));
     int n = b->nranks, me = b->rank;
     int64_t deadline = bs_now_ms() + b->timeout_ms;
     for (int k = 1; k < n; k <<= 1)

@@ -59,8 +59,7 @@ const char *bs_id_decode(const uint8_t in[HAL_UNIQUE_ID_BYTES], bs_id_t *d)
 hal_status_t hal_bootstrap_parse_id(const hal_unique_id_t *id,
                                     uint8_t nonce[HAL_BOOTSTRAP_NONCE_BYTES])
 {
-    if (id == NULL)
-        return hal_error(HAL_ERROR_INVALID_ARGUMENT, NULL, "hal_comm_init", "id is NULL");
+    HAL_CHECK_NOT_NULL(id, NULL, "hal_comm_init");
     bs_id_t d;
     const char *why = bs_id_decode(id->internal, &d);
     if (why != NULL)

@@ -361,6 +361,10 @@ void *bs_accept_main(void *arg);
 
 /* ---- messages and collectives (bootstrap_msg.c, bootstrap_coll.c) ---- */
 
+/* Checks what every message call takes: b, a buffer of size bytes (NULL only when size is 0) no
+ * larger than HAL_BOOTSTRAP_MAX_MESSAGE, and a bootstrap not aborted. Returns HAL_OK,
+ * HAL_ERROR_INVALID_ARGUMENT or HAL_ERROR_ABORTED (message set, naming `call`). */
+hal_status_t bs_check_message(hal_bootstrap_t *b, const void *buf, size_t size, const char *call);
 /* Prepares a transfer of one frame (type, tag, size) to or from peer. */
 void bs_xfer_init(bs_xfer_t *x, int peer, bool send, uint32_t type, uint32_t tag, const void *sbuf,
                   void *rbuf, size_t size);

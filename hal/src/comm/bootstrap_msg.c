@@ -471,16 +471,12 @@ static hal_status_t bs_self_recv(hal_bootstrap_t *b, uint32_t tag, void *data, s
     }
 }
 
-static hal_status_t bs_check_p2p(hal_bootstrap_t *b, int peer, const void *data, size_t size,
-                                 const char *call)
+hal_status_t bs_check_message(hal_bootstrap_t *b, const void *buf, size_t size, const char *call)
 {
     if (b == NULL)
         return hal_error(HAL_ERROR_INVALID_ARGUMENT, NULL, call, "bootstrap is NULL");
-    if (peer < 0 || peer >= b->nranks)
-        return hal_error(HAL_ERROR_INVALID_ARGUMENT, NULL, call, "peer %d is not in 0..%d", peer,
-                         b->nranks - 1);
-    if (data == NULL && size > 0)
-        return hal_error(HAL_ERROR_INVALID_ARGUMENT, NULL, call, "data is NULL");
+    if (buf == NULL && size > 0)
+        return hal_error(HAL_ERROR_INVALID_ARGUMENT, NULL, call, "buffer is NULL");
     if (size > HAL_BOOTSTRAP_MAX_MESSAGE)
         return hal_error(HAL_ERROR_INVALID_ARGUMENT, NULL, call,
                          "%zu bytes exceed HAL_BOOTSTRAP_MAX_MESSAGE (%u)", size,
@@ -488,6 +484,15 @@ static hal_status_t bs_check_p2p(hal_bootstrap_t *b, int peer, const void *data,
     if (bs_aborted(b))
         return hal_error(HAL_ERROR_ABORTED, NULL, call, "the bootstrap was aborted");
     return HAL_OK;
+}
+
+static hal_status_t bs_check_p2p(hal_bootstrap_t *b, int peer, const void *data, size_t size,
+                                 const char *call)
+{
+    if (b != NULL && (peer < 0 || peer >= b->nranks))
+        return hal_error(HAL_ERROR_INVALID_ARGUMENT, NULL, call, "peer %d is not in 0..%d", peer,
+                         b->nranks - 1);
+    return bs_check_message(b, data, size, call);
 }
 
 /* Sends size bytes to peer under tag; returns once they are in the kernel's socket buffer (or the

@@ -316,11 +316,9 @@ hal_status_t hal_bootstrap_create(const hal_unique_id_t *id, int nranks, int ran
                                   hal_bootstrap_t **out)
 {
     const char *call = "hal_comm_init";
-    if (out == NULL)
-        return hal_error(HAL_ERROR_INVALID_ARGUMENT, NULL, call, "out is NULL");
+    HAL_CHECK_NOT_NULL(out, NULL, call);
     *out = NULL;
-    if (id == NULL)
-        return hal_error(HAL_ERROR_INVALID_ARGUMENT, NULL, call, "id is NULL");
+    HAL_CHECK_NOT_NULL(id, NULL, call);
     bs_id_t d;
     const char *why = bs_id_decode(id->internal, &d);
     if (why != NULL)

@@ -329,8 +329,7 @@ hal_status_t hal_bootstrap_connect(const hal_unique_id_t *id, int nranks, int ra
                                    const hal_comm_store_t *store, uint32_t timeout_ms,
                                    hal_bootstrap_t **out)
 {
-    if (out == NULL)
-        return hal_error(HAL_ERROR_INVALID_ARGUMENT, NULL, "hal_comm_init", "out is NULL");
+    HAL_CHECK_NOT_NULL(out, NULL, "hal_comm_init");
     *out = NULL;
     hal_bootstrap_t *b;
     HAL_CHECK(hal_bootstrap_create(id, nranks, rank, store, timeout_ms, &b));

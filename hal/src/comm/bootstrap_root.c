@@ -123,14 +123,15 @@ __attribute__((format(printf, 3, 4))) static void bs_root_fail(bs_root_t *r, hal
     r->finished = true;
 }
 
-/* Writes what is pending: 1 when all is out, 0 when the socket is full, -1 on error. */
-static int bs_root_flush(bs_root_t *r, bs_root_conn_t *c)
+/* Moves bytes between fd and buf[*off..len) without blocking: 1 when all have moved, 0 when the
+ * socket would block, -1 on EOF or error. */
+static int bs_root_io(int fd, uint8_t *buf, size_t *off, size_t len, bool writing)
 {
-    const uint8_t *p = c->out_table ? r->table : c->obuf;
-    while (c->out_off < c->out_len) {
-        ssize_t n = send(c->fd, p + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL);
+    while (*off < len) {
+        ssize_t n = writing ? send(fd, buf + *off, len - *off, MSG_NOSIGNAL)
+                            : recv(fd, buf + *off, len - *off, 0);
         if (n > 0) {
-            c->out_off += (size_t)n;
+            *off += (size_t)n;
             continue;
         }
         if (n < 0 && errno == EINTR)
@@ -142,22 +143,16 @@ static int bs_root_flush(bs_root_t *r, bs_root_conn_t *c)
     return 1;
 }
 
+/* Writes what is pending: 1 when all is out, 0 when the socket is full, -1 on error. */
+static int bs_root_flush(bs_root_t *r, bs_root_conn_t *c)
+{
+    return bs_root_io(c->fd, c->out_table ? r->table : c->obuf, &c->out_off, c->out_len, true);
+}
+
 /* Reads toward in_need (always a fixed size): 1 when complete, 0 for later, -1 on EOF/error. */
 static int bs_root_fill(bs_root_conn_t *c)
 {
-    while (c->in_len < c->in_need) {
-        ssize_t n = recv(c->fd, c->in + c->in_len, c->in_need - c->in_len, 0);
-        if (n > 0) {
-            c->in_len += (size_t)n;
-            continue;
-        }
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-            return 0;
-        return -1;
-    }
-    return 1;
+    return bs_root_io(c->fd, c->in, &c->in_len, c->in_need, false);
 }
 
 static void bs_root_on_auth2(bs_root_t *r, bs_root_conn_t *c)
@@ -456,8 +451,7 @@ hal_status_t hal_bootstrap_new_id(uint32_t flags, uint32_t timeout_ms, hal_uniqu
 {
     const char *call = "hal_comm_get_unique_id";
     char eb[96];
-    if (id == NULL)
-        return hal_error(HAL_ERROR_INVALID_ARGUMENT, NULL, call, "id is NULL");
+    HAL_CHECK_NOT_NULL(id, NULL, call);
     if (flags & ~HAL_COMM_ID_FLAG_STORE)
         return hal_error(HAL_ERROR_INVALID_ARGUMENT, NULL, call, "unknown flags 0x%x", flags);
     bs_id_t d;

@@ -47,8 +47,7 @@ static hal_status_t default_timeout(uint32_t *out, const char *call)
 hal_status_t hal_comm_get_unique_id(uint32_t flags, hal_unique_id_t *id)
 {
     static const char call[] = "hal_comm_get_unique_id";
-    if (!id)
-        return hal_error(HAL_ERROR_INVALID_ARGUMENT, NULL, call, "id is NULL");
+    HAL_CHECK_NOT_NULL(id, NULL, call);
     if (flags & ~HAL_COMM_ID_FLAG_STORE)
         return hal_error(HAL_ERROR_INVALID_ARGUMENT, NULL, call, "unknown flags 0x%x",
                          flags & ~HAL_COMM_ID_FLAG_STORE);
@@ -376,8 +375,7 @@ hal_status_t hal_comm_get_async_error(hal_comm_t comm, hal_status_t *async_error
 {
     static const char call[] = "hal_comm_get_async_error";
     HAL_CHECK_COMM(comm, call);
-    if (!async_error)
-        return hal_error(HAL_ERROR_INVALID_ARGUMENT, comm->ops->name, call, "async_error is NULL");
+    HAL_CHECK_NOT_NULL(async_error, comm->ops->name, call);
     pthread_mutex_lock(&comm->lock);
     hal_status_t st = comm->async_error;
     pthread_mutex_unlock(&comm->lock);
@@ -391,8 +389,7 @@ hal_status_t hal_comm_get_native_handle(hal_comm_t comm, uintptr_t *native)
 {
     static const char call[] = "hal_comm_get_native_handle";
     HAL_CHECK_COMM(comm, call);
-    if (!native)
-        return hal_error(HAL_ERROR_INVALID_ARGUMENT, comm->ops->name, call, "native is NULL");
+    HAL_CHECK_NOT_NULL(native, comm->ops->name, call);
     if (!comm->native || !comm->ops->comm_get_native_handle)
         return hal_error(HAL_ERROR_UNSUPPORTED, comm->ops->name, call,
                          "the HAL runs this communicator's collectives itself; there is no native "
