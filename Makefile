@@ -29,12 +29,18 @@ PY_TEST_PACKAGES := pytest expecttest
 # What draws the plots (examples/compare_losses.py: make demo) and its test.
 PY_PLOT_PACKAGES := matplotlib
 C_SOURCES = $(shell git ls-files --cached --others --exclude-standard '*.c' '*.h' '*.cc' '*.cpp')
-# C/C++ targets exercised by the sanitizer runs: every unit test and the conformance suite on
-# the cpu, trainium and template backends. The suite's runs under the validation and trace
-# layers are left to the default configuration (the same test bodies; CI time).
+# C/C++ targets exercised by the sanitizer runs: every C unit test and the conformance suite on
+# the cpu, trainium and template backends, on each backend's device 0 (SANITIZER_TEST_FLAGS: the
+# second device runs the same code). Left to the default configuration, for CI time: the suite
+# under the validation and trace layers and on the required-slots-only template (the same test
+# bodies), and the script-driven checks (generated ABI, exported symbols, trace merging, the
+# summary tool, the harness's handling of crashes and hangs).
 SANITIZED := -- //hal/... //hal_backends/... //conformance/... //tools/... \
 	-//conformance:conformance_cpu_validation -//conformance:conformance_cpu_trace \
-	-//conformance:conformance_trainium_validation
+	-//conformance:conformance_trainium_validation -//conformance:conformance_template_required_only \
+	-//conformance:harness_test -//hal/abi:generated_test -//hal/tests/abi:symbols_test \
+	-//hal/layers/tests:merge_traces_test -//tools:test_summary_test
+SANITIZER_TEST_FLAGS := --test_env=HAL_CTS_DEVICE=0
 TESTLOGS := $(OUT)/testlogs
 JUNIT := $(PYTHON) tools/junit.py
 
@@ -121,21 +127,25 @@ test-default: deps
 	$(call bazel_test,default,//...,)
 
 test-asan: deps
-	$(call bazel_test,asan,$(SANITIZED),--config=asan)
+	$(call bazel_test,asan,$(SANITIZED),--config=asan $(SANITIZER_TEST_FLAGS))
 
 test-tsan: deps
-	$(call bazel_test,tsan,$(SANITIZED),--config=tsan)
+	$(call bazel_test,tsan,$(SANITIZED),--config=tsan $(SANITIZER_TEST_FLAGS))
 
 # The bridge's tests (OpInfo, device behaviour, DDP, loss alignment) on the cpu backend and on
-# the Trainium backend over the libnrt emulator. Run outside the checkout, so that the installed
-# package is what is tested. Each run is an emulated Trainium machine of its own
-# (bridge/tests/conftest.py sets NEURON_EMU_INSTANCE_ID), so runs beside it never take its
+# the Trainium backend over the libnrt emulator, the two runs side by side (each is mostly one
+# Python thread); the Trainium run's output follows the cpu run's. Run outside the checkout, so
+# that the installed package is what is tested. Each run is an emulated Trainium machine of its
+# own (bridge/tests/conftest.py sets NEURON_EMU_INSTANCE_ID), so runs beside it never take its
 # NeuronCores; a backend that cannot be opened fails the run, it is never skipped.
+BRIDGE_PYTEST := $(PYTHON) -m pytest -q -p no:cacheprovider $(CURDIR)/bridge/tests
 test-bridge: bridge
-	@cd /tmp && $(PYTHON) -m pytest -q -p no:cacheprovider $(CURDIR)/bridge/tests \
-	  --junitxml=$(CURDIR)/$(TESTLOGS)/bridge-cpu/test.xml; rc1=$$?; \
-	cd /tmp && TORCH_HAL_BACKEND=trainium $(PYTHON) -m pytest -q -p no:cacheprovider \
-	  $(CURDIR)/bridge/tests --junitxml=$(CURDIR)/$(TESTLOGS)/bridge-trainium/test.xml; rc2=$$?; \
+	@mkdir -p $(TESTLOGS)/bridge-trainium; log=$(CURDIR)/$(TESTLOGS)/bridge-trainium/pytest.log; \
+	(cd /tmp && TORCH_HAL_BACKEND=trainium $(BRIDGE_PYTEST) \
+	  --junitxml=$(CURDIR)/$(TESTLOGS)/bridge-trainium/test.xml > $$log 2>&1) & trn=$$!; \
+	echo "== bridge tests on cpu (on trainium beside it: $(TESTLOGS)/bridge-trainium/pytest.log)"; \
+	cd /tmp && $(BRIDGE_PYTEST) --junitxml=$(CURDIR)/$(TESTLOGS)/bridge-cpu/test.xml; rc1=$$?; \
+	wait $$trn; rc2=$$?; echo "== bridge tests on trainium"; cat $$log; \
 	[ $$rc1 = 0 ] && [ $$rc2 = 0 ]
 
 # The patch series: the tools' own tests, lint, per-patch tests, acceptance, census.

@@ -568,7 +568,8 @@ void Usage()
         "hal_conformance: the torch-hal conformance suite (GoogleTest flags also apply)\n"
         "  --backend=a,b       backends to test, names or library paths (env HAL_BACKENDS;\n"
         "                      default cpu)\n"
-        "  --device=N          only device N of each backend (default: all devices)\n"
+        "  --device=N          only device N of each backend (env HAL_CTS_DEVICE; default: all\n"
+        "                      devices)\n"
         "  --layers=LIST       sets HAL_LAYERS, e.g. validation\n"
         "  --timeout=S         per-test timeout in seconds (env HAL_CTS_TIMEOUT; default 60)\n"
         "  --area-timeout=S    timeout of each area's child process, in seconds (env\n"
@@ -653,6 +654,12 @@ int main(int argc, char **argv)
     if (env_area_timeout != nullptr && env_area_timeout[0] != '\0' &&
         (!ParseUnsigned(env_area_timeout, &area_timeout) || area_timeout == 0)) {
         std::fprintf(stderr, "hal_conformance: bad HAL_CTS_AREA_TIMEOUT=%s\n", env_area_timeout);
+        return 2;
+    }
+    const char *env_device = std::getenv("HAL_CTS_DEVICE");
+    if (env_device != nullptr && env_device[0] != '\0' &&
+        !ParseUnsigned(env_device, &g_options.device)) {
+        std::fprintf(stderr, "hal_conformance: bad HAL_CTS_DEVICE=%s\n", env_device);
         return 2;
     }
     const char *env_in_process = std::getenv("HAL_CTS_IN_PROCESS");
