@@ -53,12 +53,16 @@ typedef struct hal_extension {
     ((size_t)(size) >= offsetof(type, field) + sizeof(((type *)0)->field))
 
 /* The first extension of `type` in the chain starting at `next` (a descriptor's `next`), or
- * NULL. Thread safety: safe (reads only). */
+ * NULL. The walk stops at an extension whose struct_size does not cover the header (a malformed
+ * chain: its `next` is not read). Thread safety: safe (reads only). */
 static inline const hal_extension_t *hal_extension_find(const void *next, hal_extension_type_t type)
 {
-    for (const hal_extension_t *e = (const hal_extension_t *)next; e; e = e->next)
-        if (HAL_STRUCT_HAS(hal_extension_t, next, e->struct_size) && e->type == type)
+    for (const hal_extension_t *e = (const hal_extension_t *)next; e; e = e->next) {
+        if (!HAL_STRUCT_HAS(hal_extension_t, next, e->struct_size))
+            return NULL;
+        if (e->type == type)
             return e;
+    }
     return NULL;
 }
 
