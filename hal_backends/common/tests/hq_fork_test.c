@@ -83,6 +83,16 @@ CTEST(HqFork, ObjectsOfTheParentAreDeadInAChild)
      * so the event's version is pending in the child for good. */
     th_gate_t gate;
     th_gate_init(&gate);
+    /* Every worker of the parent runs before the fork. A thread still starting up allocates in
+     * the sanitizer runtime, whose allocator (gcc 12's ASan) has no fork handler: the child
+     * would deadlock on the lock that thread held. */
+    atomic_int idle_count;
+    atomic_init(&idle_count, 0);
+    atomic_int *idle_counter = &idle_count;
+    EXPECT_STATUS(hq_stream_enqueue(idle, th_count_work, &idle_counter, sizeof(idle_counter), 0),
+                  HAL_OK);
+    EXPECT_STATUS(hq_stream_synchronize(idle), HAL_OK);
+    CTEST_EXPECT(atomic_load(&idle_count) == 1);
     EXPECT_STATUS(hq_stream_add_callback(busy, th_gate_cb, &gate), HAL_OK);
     EXPECT_STATUS(hq_event_record(ev, busy), HAL_OK);
     CTEST_EXPECT(th_wait_until(th_gate_entered, &gate, 10000));
