@@ -41,10 +41,10 @@ FLAGS = {  # spec flag -> (bit, meaning)
     "collective": (5, "a collective operation"),
     "destroys": (6, "frees the object it is called on"),
 }
-OBJECT_ROLES = {"backend", "device", "stream", "event", "event2", "comm"}
+OBJECT_ROLES = {"backend", "device", "stream", "event", "event2", "comm", "program"}
 CALL_FIELDS = {"kind", "kind2", "ptr", "ptr2", "size", "arg", "dtype", "op", "out", "out_ms",
-               "host_fn", "callback", "host_arg"}
-WRAPPER_TYPES = {"DEVICE", "STREAM", "EVENT", "COMM"}
+               "host_fn", "callback", "host_arg", "name"}
+WRAPPER_TYPES = {"DEVICE", "STREAM", "EVENT", "COMM", "PROGRAM"}
 PARAM_RE = re.compile(r"^(?P<type>.*?[\s*])(?P<name>[A-Za-z_]\w*)\s*(?:@(?P<role>\w+))?$")
 VERSION_RE = re.compile(r"^1\.(\d+)$")
 
@@ -289,7 +289,7 @@ def call_fields(s):
     elif s.owner.role != "backend":
         fields.append(".device = o->device")
     for p in s.params:
-        if p.role in ("stream", "event", "event2", "comm"):
+        if p.role in ("stream", "event", "event2", "comm", "program"):
             fields.append(f".{p.role} = " + ("o" if p is s.owner else f"OBJ({p.name})"))
     for field, expr in s.record.items():
         fields.append(f".{field} = {expr}")

@@ -132,6 +132,33 @@ static void l_fini(void *backend)
     free(inst);
 }
 
+/* ---- kernel launches ---- */
+
+/* Written by hand: the resolved pointers inside the argument list are unwrapped one by one. */
+static hal_status_t l_kernel_launch(void *stream, void *program, void *kernel,
+                                    const hal_backend_launch_t *launch)
+{
+    hal_layer_obj_t *o = stream;
+    hal_layer_call_t c = { .slot = HAL_SLOT_kernel_launch,
+                           .device = o->device,
+                           .stream = o,
+                           .program = OBJ(program),
+                           .name = launch->kernel_name,
+                           .size = launch->nargs };
+    hal_backend_kernel_arg_t args[HAL_KERNEL_ARGS_MAX];
+    hal_backend_launch_t next_launch = *launch;
+    for (uint32_t i = 0; i < launch->nargs && i < HAL_KERNEL_ARGS_MAX; i++) {
+        args[i] = launch->args[i];
+        if (args[i].kind == HAL_KERNEL_ARG_POINTER && args[i].ptr.device)
+            args[i].ptr.device = OBJ(args[i].ptr.device)->obj;
+    }
+    next_launch.args = args;
+    hal_status_t st = run_before(o->inst, &c);
+    if (st == HAL_OK)
+        st = o->next->kernel_launch(o->obj, OBJ(program)->obj, kernel, &next_launch);
+    return run_after(o->inst, &c, st);
+}
+
 /* Every other slot's forwarder, and the table of them all. */
 #include "hal/layers/layer_forward.inc"
 

@@ -5,8 +5,8 @@
  * A layer instance sits between the core and the next level (the backend, or the next layer). It
  * offers the core a complete hal_backend_ops_t whose slots forward to the next level's table.
  * Because a slot receives only its own level's objects, every object the instance hands upward
- * (backend, device, stream, event, communicator) is a wrapper, hal_layer_obj_t, that holds the
- * next level's table and object; the slots unwrap their arguments on the way down, including
+ * (backend, device, stream, event, communicator, program) is a wrapper, hal_layer_obj_t, that holds
+ * the next level's table and object; the slots unwrap their arguments on the way down, including
  * hal_backend_ptr_t.device. Allocation cookies pass through untouched: mem_alloc and mem_ipc_open
  * return the next level's cookie, so mem_free and mem_ipc_close receive it back unchanged, and
  * so do the cookies inside hal_backend_ptr_t. A slot the next level leaves NULL is NULL in the
@@ -56,6 +56,7 @@ typedef enum hal_layer_obj_type {
     HAL_LAYER_OBJ_STREAM,
     HAL_LAYER_OBJ_EVENT,
     HAL_LAYER_OBJ_COMM,
+    HAL_LAYER_OBJ_PROGRAM,
 } hal_layer_obj_type_t;
 
 typedef struct hal_layer_inst hal_layer_inst_t;
@@ -66,7 +67,7 @@ typedef struct hal_layer_inst hal_layer_inst_t;
 typedef struct hal_layer_obj {
     uint32_t magic; /* HAL_LAYER_MAGIC */
     hal_layer_obj_type_t type;
-    uint32_t id; /* devices: their index; streams, events, comms: numbered from 1 per instance */
+    uint32_t id; /* devices: their index; other objects: numbered from 1 per instance */
     hal_layer_inst_t *inst;
     const hal_backend_ops_t *next; /* the next level's table */
     void *obj;                     /* the next level's object */
@@ -85,6 +86,7 @@ typedef struct hal_layer_call {
     hal_layer_obj_t *event;   /* the event (event_elapsed_ms: the start) */
     hal_layer_obj_t *event2;  /* event_elapsed_ms: the end */
     hal_layer_obj_t *comm;    /* the communicator */
+    hal_layer_obj_t *program; /* program_*, kernel_launch: the program */
     hal_layer_obj_t *created; /* after: the object a create/open slot made (NULL on failure) */
     hal_mem_kind_t kind;      /* mem_*: the memory kind; memcpy_async: of dst */
     hal_mem_kind_t kind2;     /* memcpy_async: of src */
@@ -95,6 +97,7 @@ typedef struct hal_layer_call {
     int32_t dtype, op;        /* collectives */
     uint64_t out;             /* after: device_count's count, device_get_free_memory's bytes */
     float out_ms;             /* after: event_elapsed_ms */
+    const char *name;         /* program_get_kernel, kernel_launch: the kernel's name */
     /* stream_launch_host_fn / stream_add_callback: what is enqueued; `before` may replace it. */
     hal_stream_host_fn_t host_fn;
     hal_host_fn_t callback;

@@ -50,6 +50,7 @@ struct hal_device_s {
     hal_live_link_t streams;       /* circular list sentinel */
     hal_live_link_t events;
     hal_live_link_t comms;
+    hal_live_link_t programs;
     /* Never taken under a listener's own lock: listeners take theirs inside it. */
     pthread_mutex_t listeners_lock;
     hal_stream_listener_t *listeners;
@@ -75,6 +76,25 @@ struct hal_event_s {
     struct hal_device_s *device;
     uint32_t flags;
     hal_live_link_t link;
+};
+
+struct hal_kernel_s {
+    hal_object_t obj;
+    struct hal_program_s *program;
+    void *impl; /* the backend's cookie */
+    hal_kernel_info_t info;
+    struct hal_kernel_s *next; /* the program's kernels, guarded by its lock */
+};
+
+struct hal_program_s {
+    hal_object_t obj;
+    const hal_backend_ops_t *ops;
+    void *impl;
+    struct hal_device_s *device;
+    hal_program_format_t format;
+    hal_live_link_t link;
+    pthread_mutex_t lock; /* guards kernels */
+    struct hal_kernel_s *kernels;
 };
 
 /* ---- errors (status.c) ---- */
@@ -137,6 +157,13 @@ bool hal_mem_map_remove(const void *base);
 void hal_mem_map_drain_device(struct hal_device_s *device,
                               void (*fn)(const hal_alloc_record_t *record, void *ctx), void *ctx);
 
+/* Resolves [ptr, ptr + n) for a backend slot called on stream s (memory.c): fills *out (kind
+ * HAL_MEM_KIND_UNREGISTERED and *owner NULL for memory the HAL did not allocate); rejects a NULL
+ * ptr, a range that leaves its allocation and memory of another backend, naming `what` and
+ * `call`. Thread safety: safe. */
+hal_status_t hal_mem_resolve(const void *ptr, size_t n, struct hal_stream_s *s, const char *what,
+                             const char *call, hal_backend_ptr_t *out, struct hal_device_s **owner);
+
 /* Frees a record's memory through its backend and updates statistics. */
 hal_status_t hal_mem_release_record(const hal_alloc_record_t *record, const char *call);
 
@@ -172,5 +199,9 @@ hal_status_t hal_stream_create_internal(struct hal_device_s *device, int32_t pri
                                         bool is_default, hal_stream_t *out);
 void hal_stream_destroy_internal(struct hal_stream_s *stream);
 void hal_event_destroy_internal(struct hal_event_s *event);
+
+/* ---- programs (program.c) ---- */
+/* Destroys a program and its kernels (the caller removed it from its device's list). */
+void hal_program_destroy_internal(struct hal_program_s *program);
 
 #endif /* HAL_SRC_CORE_H */

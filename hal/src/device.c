@@ -36,6 +36,12 @@ static void close_device(struct hal_device_s *d)
     if (d->ops->device_synchronize)
         d->ops->device_synchronize(d->impl);
     pthread_mutex_lock(&d->lock);
+    while (d->programs.next != &d->programs) {
+        struct hal_program_s *p = HAL_CONTAINER_OF(d->programs.next, struct hal_program_s, link);
+        hal_live_remove(&p->link);
+        hal_layers_report_leak(d->backend, "hal_program_t", p, 0);
+        hal_program_destroy_internal(p);
+    }
     while (d->streams.next != &d->streams) {
         struct hal_stream_s *s = HAL_CONTAINER_OF(d->streams.next, struct hal_stream_s, link);
         hal_live_remove(&s->link);
@@ -123,6 +129,7 @@ hal_status_t hal_device_open_all(struct hal_backend_s *b)
         hal_live_init(&d->streams);
         hal_live_init(&d->events);
         hal_live_init(&d->comms);
+        hal_live_init(&d->programs);
         st = HAL_SLOT_CALL(ops, device_open, b->impl, i, &d->impl);
         if (st == HAL_OK) {
             d->props.struct_size = sizeof(d->props);
@@ -130,6 +137,8 @@ hal_status_t hal_device_open_all(struct hal_backend_s *b)
             d->props.struct_size = sizeof(d->props);
             d->props.next = NULL;
             d->props.index = i;
+            if (!(d->props.capabilities & HAL_DEVICE_CAP_PROGRAMS))
+                d->props.program_formats = 0; /* the field was reserved before 1.2 */
             if (st == HAL_OK)
                 st = check_capabilities(d);
             else

@@ -15,6 +15,12 @@ static const char *type_of_magic(uint32_t magic)
         return "hal_event_t";
     case HAL_MAGIC_ALLOCATOR:
         return "hal_allocator_t";
+    case HAL_MAGIC_COMM:
+        return "hal_comm_t";
+    case HAL_MAGIC_PROGRAM:
+        return "hal_program_t";
+    case HAL_MAGIC_KERNEL:
+        return "hal_kernel_t";
     default:
         return NULL;
     }

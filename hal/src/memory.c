@@ -344,10 +344,8 @@ hal_status_t hal_mem_get_info(const void *ptr, hal_mem_info_t *info)
     return HAL_OK;
 }
 
-/* Resolves [ptr, ptr + n) for a backend slot; rejects ranges that leave their allocation and
- * device memory of other backends. */
-static hal_status_t resolve(const void *ptr, size_t n, struct hal_stream_s *s, const char *what,
-                            const char *call, hal_backend_ptr_t *out, struct hal_device_s **owner)
+hal_status_t hal_mem_resolve(const void *ptr, size_t n, struct hal_stream_s *s, const char *what,
+                             const char *call, hal_backend_ptr_t *out, struct hal_device_s **owner)
 {
     *owner = NULL;
     const hal_backend_ops_t *ops = s->ops;
@@ -385,8 +383,8 @@ hal_status_t hal_memcpy_async(void *dst, const void *src, size_t n, hal_stream_t
         return HAL_OK;
     hal_backend_ptr_t d, s;
     struct hal_device_s *dst_dev, *src_dev;
-    HAL_CHECK(resolve(dst, n, stream, "dst", call, &d, &dst_dev));
-    HAL_CHECK(resolve(src, n, stream, "src", call, &s, &src_dev));
+    HAL_CHECK(hal_mem_resolve(dst, n, stream, "dst", call, &d, &dst_dev));
+    HAL_CHECK(hal_mem_resolve(src, n, stream, "src", call, &s, &src_dev));
     const char *dc = dst, *sc = src;
     if (dc < sc + n && sc < dc + n)
         return hal_error(HAL_ERROR_INVALID_ARGUMENT, stream->ops->name, call,
@@ -408,7 +406,7 @@ hal_status_t hal_memset_async(void *dst, int value, size_t n, hal_stream_t strea
         return HAL_OK;
     hal_backend_ptr_t d;
     struct hal_device_s *owner;
-    HAL_CHECK(resolve(dst, n, stream, "dst", call, &d, &owner));
+    HAL_CHECK(hal_mem_resolve(dst, n, stream, "dst", call, &d, &owner));
     if (d.kind == HAL_MEM_KIND_UNREGISTERED)
         return hal_error(HAL_ERROR_INVALID_ARGUMENT, stream->ops->name, call,
                          "dst %p is not memory allocated through the HAL", dst);

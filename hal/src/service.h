@@ -21,8 +21,10 @@ enum {
     HAL_MAGIC_STREAM = 0x48535431,  /* "HST1" */
     HAL_MAGIC_EVENT = 0x48455631,   /* "HEV1" */
     HAL_MAGIC_ALLOCATOR = 0x48414c31,
-    HAL_MAGIC_COMM = 0x48434d31, /* "HCM1" */
-    HAL_MAGIC_DEAD = 0x44454144, /* "DEAD" */
+    HAL_MAGIC_COMM = 0x48434d31,    /* "HCM1" */
+    HAL_MAGIC_PROGRAM = 0x48505231, /* "HPR1" */
+    HAL_MAGIC_KERNEL = 0x484b4e31,  /* "HKN1" */
+    HAL_MAGIC_DEAD = 0x44454144,    /* "DEAD" */
 };
 
 typedef struct hal_object {

@@ -66,7 +66,12 @@
     X(send, 1, false, HAL_SLOT_FLAG_STREAM_ORDERED | HAL_SLOT_FLAG_COLLECTIVE, 0)           \
     X(recv, 1, false, HAL_SLOT_FLAG_STREAM_ORDERED | HAL_SLOT_FLAG_COLLECTIVE, 0)           \
     X(group_begin, 1, false, 0, 0)                                                          \
-    X(group_end, 1, false, HAL_SLOT_FLAG_RELEASES, 0)
+    X(group_end, 1, false, HAL_SLOT_FLAG_RELEASES, 0)                                       \
+    X(program_create, 2, false, 0, HAL_DEVICE_CAP_PROGRAMS)                                 \
+    X(program_destroy, 2, false, HAL_SLOT_FLAG_RELEASES | HAL_SLOT_FLAG_DESTROYS,           \
+      HAL_DEVICE_CAP_PROGRAMS)                                                              \
+    X(program_get_kernel, 2, false, 0, HAL_DEVICE_CAP_PROGRAMS)                             \
+    X(kernel_launch, 2, false, HAL_SLOT_FLAG_STREAM_ORDERED, HAL_DEVICE_CAP_PROGRAMS)
 
 typedef enum hal_slot {
 #define HAL_SLOT_ENUM(name, minor, required, flags, cap) HAL_SLOT_##name,

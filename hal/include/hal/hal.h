@@ -20,6 +20,7 @@
 #include "hal/hal_stream.h"
 #include "hal/hal_allocator.h"
 #include "hal/hal_comm.h"
+#include "hal/hal_program.h"
 /* clang-format on */
 
 #endif /* HAL_HAL_H */

@@ -216,6 +216,35 @@ typedef struct hal_backend_ops {
 
     /* Optional. Closes what group_begin opened (always called after it). */
     hal_status_t (*group_end)(void *backend);
+
+    /* ---- Version 1.2 slots ---- */
+
+    /* Optional (required with HAL_DEVICE_CAP_PROGRAMS). Loads a program from an image in a format
+     * the device lists in program_formats (the core checked the format, the pointer and the size).
+     * A corrupt image is HAL_ERROR_INVALID_ARGUMENT with the native call that refused it as detail.
+     * The image may be freed when the slot returns. */
+    hal_status_t (*program_create)(void *device, hal_program_format_t format, const void *image,
+                                   size_t size, void **program);
+
+    /* Optional (required with HAL_DEVICE_CAP_PROGRAMS). Releases the program once the launches
+     * already enqueued with its kernels have completed (it must not wait for them); its kernel
+     * cookies are dead at once. */
+    void (*program_destroy)(void *program);
+
+    /* Optional (required with HAL_DEVICE_CAP_PROGRAMS). Finds a kernel by name: *kernel is the
+     * backend's cookie for it (passed back to kernel_launch, released with the program), and info
+     * (struct_size set, name already filled) receives nargs and args, or nargs = UINT32_MAX when
+     * the format carries no signature. An unknown name is HAL_ERROR_NOT_FOUND naming the native
+     * call. The core calls it once per name. */
+    hal_status_t (*program_get_kernel)(void *program, const char *name, void **kernel,
+                                       hal_kernel_info_t *info);
+
+    /* Optional (required with HAL_DEVICE_CAP_PROGRAMS). Enqueues a launch of a kernel of a program
+     * of the stream's device; enqueue only. The core resolved and checked every pointer argument
+     * and the signature; launch and what it points to are valid during the call only (copy what the
+     * launch needs). A failure while it runs latches on the stream. */
+    hal_status_t (*kernel_launch)(void *stream, void *program, void *kernel,
+                                  const hal_backend_launch_t *launch);
 } hal_backend_ops_t;
 
 /* The size of a table of each minor version: a table that claims version 1.N has at least
@@ -224,6 +253,8 @@ typedef struct hal_backend_ops {
     (offsetof(hal_backend_ops_t, mem_free_async) + sizeof(((hal_backend_ops_t *)0)->mem_free_async))
 #define HAL_BACKEND_OPS_SIZE_1_1 \
     (offsetof(hal_backend_ops_t, group_end) + sizeof(((hal_backend_ops_t *)0)->group_end))
+#define HAL_BACKEND_OPS_SIZE_1_2 \
+    (offsetof(hal_backend_ops_t, kernel_launch) + sizeof(((hal_backend_ops_t *)0)->kernel_launch))
 
 #ifdef __cplusplus
 }

@@ -6,6 +6,7 @@
 #define HAL_BACKEND_TYPES_H
 
 #include "hal/hal_comm.h"
+#include "hal/hal_program.h"
 #include "hal/hal_types.h"
 #include "hal/hal_version.h"
 
@@ -25,6 +26,24 @@ typedef struct hal_backend_ptr {
     void *cookie;  /* what mem_alloc returned for the allocation (e.g. a native buffer object) */
     size_t offset; /* ptr - base */
 } hal_backend_ptr_t;
+
+/* Since 1.2: a kernel argument as kernel_launch receives it. */
+typedef struct hal_backend_kernel_arg {
+    hal_kernel_arg_kind_t kind;
+    uint32_t size;         /* as the application gave it */
+    hal_backend_ptr_t ptr; /* POINTER: resolved by the core (ptr.ptr NULL for a NULL pointer) */
+    uint8_t bytes[HAL_KERNEL_SCALAR_MAX]; /* SCALAR: the value, `size` bytes */
+} hal_backend_kernel_arg_t;
+
+/* Since 1.2: one launch (kernel_launch). Valid during the call only. */
+typedef struct hal_backend_launch {
+    uint32_t grid[3];  /* every entry >= 1 */
+    uint32_t block[3]; /* every entry >= 1 */
+    uint32_t shared_bytes;
+    uint32_t nargs; /* <= HAL_KERNEL_ARGS_MAX */
+    const hal_backend_kernel_arg_t *args;
+    const char *kernel_name; /* for messages */
+} hal_backend_launch_t;
 
 /* Services the core offers a backend (passed to init; valid until fini returns). */
 typedef struct hal_host_services {

@@ -22,6 +22,8 @@ typedef struct hal_backend_s *hal_backend_t;
 typedef struct hal_device_s *hal_device_t;
 typedef struct hal_stream_s *hal_stream_t;
 typedef struct hal_event_s *hal_event_t;
+typedef struct hal_program_s *hal_program_t; /* since 1.2 (hal_program.h) */
+typedef struct hal_kernel_s *hal_kernel_t;   /* since 1.2; owned by its program */
 
 /* Every extensible descriptor starts with this header: the size the caller was compiled with
  * (fields beyond it are neither read nor written) and `next`, an optional chain of extensions. */
@@ -86,6 +88,9 @@ typedef enum hal_mem_kind {
 #define HAL_DEVICE_CAP_IPC                (UINT64_C(1) << 5) /* hal_mem_ipc_* across processes */
 #define HAL_DEVICE_CAP_FP8_COLLECTIVES    (UINT64_C(1) << 6) /* fp8 dtypes in collectives */
 #define HAL_DEVICE_CAP_NATIVE_COLLECTIVES (UINT64_C(1) << 7) /* the backend runs collectives */
+#define HAL_DEVICE_CAP_PROGRAMS                             \
+    (UINT64_C(1) << 8) /* since 1.2: hal_program_* (formats \
+                          in program_formats) */
 
 /* ---- Backend flags (hal_backend_info_t.flags, hal_backend_ops_t.flags) ----------------------
  * What a backend says of itself before it is initialised (hal_backend_probe). */
@@ -114,7 +119,9 @@ typedef struct hal_device_properties {
     int32_t stream_priority_least;
     int32_t stream_priority_greatest;
     uint32_t alignment; /* guaranteed minimum alignment of allocations, bytes */
-    uint32_t reserved;
+    /* Since 1.2 (0 before): the program formats the device loads, bit (1u << f) for each
+     * hal_program_format_t f (hal_program.h). Nonzero only with HAL_DEVICE_CAP_PROGRAMS. */
+    uint32_t program_formats;
 } hal_device_properties_t;
 
 #define HAL_DEVICE_PROPERTIES_INIT                     \

@@ -161,7 +161,9 @@ CTEST(loader, a_table_shorter_than_its_version_is_rejected)
 {
     hal_backend_t b = NULL;
     CHECK_STATUS(hal_backend_open("truncated", &b), HAL_ERROR_VERSION_MISMATCH);
-    CHECK_MESSAGE("claims HAL API 1.1, but its ops table is 256 bytes");
+    /* It claims the HAL's own minor version, whichever that is. */
+    CHECK_MESSAGE("claims HAL API 1.");
+    CHECK_MESSAGE(", but its ops table is 256 bytes");
     return CTEST_PASS;
 }
 
