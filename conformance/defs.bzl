@@ -10,7 +10,7 @@ CONFORMANCE_SHARDS = 4
 
 _FIXTURE_LIBS = [
     "//conformance:libcts_%s.so" % f
-    for f in ("noentry", "badmajor", "entryfail", "initfail")
+    for f in ("noentry", "badmajor", "entryfail", "initfail", "kernels")
 ]
 
 def _package_of(label):

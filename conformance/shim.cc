@@ -342,6 +342,7 @@ CTS_AREA(handles)
 CTS_AREA(threads)
 CTS_AREA(allocator)
 CTS_AREA(comm)
+CTS_AREA(program)
 #undef CTS_AREA
 
 #define CTS_TEST(area, name)      \
@@ -370,6 +371,7 @@ CTS_INSTANTIATE(handles);
 CTS_INSTANTIATE(threads);
 CTS_INSTANTIATE(allocator);
 CTS_INSTANTIATE(comm);
+CTS_INSTANTIATE(program);
 #undef CTS_INSTANTIATE
 
 } // namespace cts

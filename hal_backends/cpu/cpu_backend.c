@@ -77,6 +77,8 @@ static hal_status_t cpu_device_open(void *backend_, uint32_t index, void **out)
     /* Without an arena (no memfd, or no address space for it) the device still works, from
      * posix_memalign, but cannot share its memory with other processes. */
     device->arena = cpu_arena_create(device->capacity, index);
+    pthread_mutex_init(&device->pool_lock, NULL);
+    atomic_init(&device->pool, NULL);
     *out = device;
     return HAL_OK;
 }
@@ -84,6 +86,8 @@ static hal_status_t cpu_device_open(void *backend_, uint32_t index, void **out)
 static void cpu_device_close(void *device_)
 {
     cpu_device_t *device = device_;
+    cpu_pool_destroy(atomic_load(&device->pool));
+    pthread_mutex_destroy(&device->pool_lock);
     cpu_arena_destroy(device->arena);
     hq_device_fini(&device->hq);
     free(device);
@@ -109,6 +113,7 @@ static hal_status_t cpu_device_get_properties(void *device_, hal_device_properti
     if (CPU_PROPS_HAS(props, capabilities))
         props->capabilities = HAL_DEVICE_CAP_SHARED_MEMORY | HAL_DEVICE_CAP_TIMING_EVENTS |
                               HAL_DEVICE_CAP_HOST_CALLBACKS | HAL_DEVICE_CAP_PEER_COPY |
+                              HAL_DEVICE_CAP_PROGRAMS |
                               (device->arena != NULL ? HAL_DEVICE_CAP_IPC : 0);
     if (CPU_PROPS_HAS(props, stream_priority_least))
         props->stream_priority_least = CPU_PRIORITY_LEAST;
@@ -116,6 +121,8 @@ static hal_status_t cpu_device_get_properties(void *device_, hal_device_properti
         props->stream_priority_greatest = CPU_PRIORITY_GREATEST;
     if (CPU_PROPS_HAS(props, alignment))
         props->alignment = CPU_MIN_ALIGNMENT;
+    if (CPU_PROPS_HAS(props, program_formats))
+        props->program_formats = 1u << HAL_PROGRAM_FORMAT_HOST_ELF;
     return HAL_OK;
 }
 
@@ -175,6 +182,11 @@ static const hal_backend_ops_t cpu_ops = {
     .mem_ipc_export = cpu_mem_ipc_export,
     .mem_ipc_open = cpu_mem_ipc_open,
     .mem_ipc_close = cpu_mem_ipc_close,
+    /* ---- 1.2 ---- */
+    .program_create = cpu_program_create,
+    .program_destroy = cpu_program_destroy,
+    .program_get_kernel = cpu_program_get_kernel,
+    .kernel_launch = cpu_kernel_launch,
     /* No native collectives: the HAL's host implementation runs them through
      * stream_launch_host_fn, in place on memory mapped with the IPC slots. */
 };

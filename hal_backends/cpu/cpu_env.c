@@ -125,6 +125,10 @@ hal_status_t cpu_config_load(cpu_config_t *config, char *msg, size_t msg_size)
     else if (cpus > 2)
         config->concurrency = (uint32_t)cpus;
     config->spin_us = CPU_DEFAULT_SPIN_US;
+    /* Default: the launching worker and one pool thread per further online CPU. */
+    config->kernel_threads = cpus > 1 ? (uint32_t)(cpus - 1) : 0u;
+    if (config->kernel_threads > CPU_MAX_KERNEL_THREADS)
+        config->kernel_threads = CPU_MAX_KERNEL_THREADS;
     if (msg_size > 0)
         msg[0] = '\0';
 
@@ -144,5 +148,9 @@ hal_status_t cpu_config_load(cpu_config_t *config, char *msg, size_t msg_size)
         load_uint(CPU_ENV_CONCURRENCY, 1, CPU_MAX_CONCURRENCY, &config->concurrency, msg, msg_size);
     if (st != HAL_OK)
         return st;
-    return load_uint(CPU_ENV_SPIN_US, 0, CPU_MAX_SPIN_US, &config->spin_us, msg, msg_size);
+    st = load_uint(CPU_ENV_SPIN_US, 0, CPU_MAX_SPIN_US, &config->spin_us, msg, msg_size);
+    if (st != HAL_OK)
+        return st;
+    return load_uint(CPU_ENV_KERNEL_THREADS, 0, CPU_MAX_KERNEL_THREADS, &config->kernel_threads,
+                     msg, msg_size);
 }

@@ -21,26 +21,29 @@
 
 /* ---- configuration (cpu_env.c) ------------------------------------------------------------- */
 
-#define CPU_ENV_DEVICES     "HAL_CPU_DEVICES"
-#define CPU_ENV_MEMORY      "HAL_CPU_DEVICE_MEMORY"
-#define CPU_ENV_CONCURRENCY "HAL_CPU_DEVICE_CONCURRENCY"
-#define CPU_ENV_SPIN_US     "HAL_CPU_SPIN_US"
+#define CPU_ENV_DEVICES        "HAL_CPU_DEVICES"
+#define CPU_ENV_MEMORY         "HAL_CPU_DEVICE_MEMORY"
+#define CPU_ENV_CONCURRENCY    "HAL_CPU_DEVICE_CONCURRENCY"
+#define CPU_ENV_SPIN_US        "HAL_CPU_SPIN_US"
+#define CPU_ENV_KERNEL_THREADS "HAL_CPU_KERNEL_THREADS"
 
-#define CPU_DEFAULT_DEVICES   2u
-#define CPU_MAX_DEVICES       64u
-#define CPU_DEFAULT_MEMORY    (UINT64_C(16) << 30)
-#define CPU_MAX_CONCURRENCY   4096u
-#define CPU_DEFAULT_SPIN_US   20u
-#define CPU_MAX_SPIN_US       1000000u
-#define CPU_MIN_ALIGNMENT     256u
-#define CPU_PRIORITY_LEAST    0
-#define CPU_PRIORITY_GREATEST (-2)
+#define CPU_DEFAULT_DEVICES    2u
+#define CPU_MAX_DEVICES        64u
+#define CPU_DEFAULT_MEMORY     (UINT64_C(16) << 30)
+#define CPU_MAX_CONCURRENCY    4096u
+#define CPU_DEFAULT_SPIN_US    20u
+#define CPU_MAX_SPIN_US        1000000u
+#define CPU_MAX_KERNEL_THREADS 256u
+#define CPU_MIN_ALIGNMENT      256u
+#define CPU_PRIORITY_LEAST     0
+#define CPU_PRIORITY_GREATEST  (-2)
 
 typedef struct cpu_config {
-    uint32_t devices;     /* HAL_CPU_DEVICES */
-    uint64_t capacity;    /* HAL_CPU_DEVICE_MEMORY, bytes per device */
-    uint32_t concurrency; /* HAL_CPU_DEVICE_CONCURRENCY, execution slots per device */
-    uint32_t spin_us;     /* HAL_CPU_SPIN_US */
+    uint32_t devices;        /* HAL_CPU_DEVICES */
+    uint64_t capacity;       /* HAL_CPU_DEVICE_MEMORY, bytes per device */
+    uint32_t concurrency;    /* HAL_CPU_DEVICE_CONCURRENCY, execution slots per device */
+    uint32_t spin_us;        /* HAL_CPU_SPIN_US */
+    uint32_t kernel_threads; /* HAL_CPU_KERNEL_THREADS: block-pool threads per device */
 } cpu_config_t;
 
 /* Size of the buffer that receives a parse error message. */
@@ -147,6 +150,47 @@ hal_status_t cpu_mem_ipc_open(void *device, const hal_ipc_handle_t *handle, void
                               size_t *size, void **cookie);
 hal_status_t cpu_mem_ipc_close(void *device, void *ptr, void *cookie);
 
+/* ---- block pool (cpu_blocks.c) ------------------------------------------------------------- */
+
+#define CPU_BLOCK_MSG_MAX 512
+
+/* The blocks of one launch. The caller sets total, scratch_bytes, run and arg; the rest is the
+ * pool's. */
+typedef struct cpu_job {
+    uint64_t total;       /* blocks */
+    size_t scratch_bytes; /* per-block scratch each running thread gets (0: none) */
+    hal_status_t (*run)(void *arg, uint64_t block, void *scratch);
+    void *arg;
+    _Atomic uint64_t next; /* the next block to claim */
+    _Atomic uint64_t done; /* blocks claimed and finished (or skipped after a failure) */
+    atomic_bool failed;    /* a block failed: the rest are skipped */
+    uint32_t runners;      /* pool threads inside the job; guarded by the pool's lock */
+    hal_status_t status;   /* the first failure and its detail; guarded by the pool's lock */
+    char msg[CPU_BLOCK_MSG_MAX];
+    struct cpu_job *next_job;
+} cpu_job_t;
+
+typedef struct cpu_pool {
+    pthread_mutex_t lock;
+    pthread_cond_t work_cv; /* a job with blocks to claim was added, or stop */
+    pthread_cond_t done_cv; /* a job's last block finished, or a runner left */
+    cpu_job_t *jobs;
+    bool stop;
+    int pid; /* the process that started the threads */
+    uint32_t nthreads;
+    pthread_t threads[];
+} cpu_pool_t;
+
+/* Starts `threads` pool threads (fewer if the system refuses some); NULL when out of memory. */
+cpu_pool_t *cpu_pool_create(uint32_t threads, uint32_t device_index);
+/* Stops and joins the threads; in a forked child only forgets the pool. */
+void cpu_pool_destroy(cpu_pool_t *pool);
+/* Runs every block of job, on the calling thread and the pool's, and returns when all have
+ * finished: HAL_OK or the first failure (detail in job->msg). Thread safety: safe. */
+hal_status_t cpu_pool_run(cpu_pool_t *pool, cpu_job_t *job);
+/* hal_host_kernel_ctx_t.set_error: the detail of the calling block's failure. */
+void cpu_block_set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* ---- devices ------------------------------------------------------------------------------- */
 
 typedef struct cpu_device {
@@ -154,8 +198,10 @@ typedef struct cpu_device {
     cpu_backend_t *backend;
     uint32_t index;
     uint64_t capacity;
-    _Atomic uint64_t used; /* device and shared bytes allocated */
-    cpu_arena_t *arena;    /* where device and shared memory come from; NULL: posix_memalign */
+    _Atomic uint64_t used;      /* device and shared bytes allocated */
+    cpu_arena_t *arena;         /* where device and shared memory come from; NULL: posix_memalign */
+    pthread_mutex_t pool_lock;  /* serialises starting the block pool */
+    _Atomic(cpu_pool_t *) pool; /* the block pool, started by the first launch */
 } cpu_device_t;
 
 _Static_assert(offsetof(cpu_device_t, hq) == 0, "the engine's device comes first");
@@ -171,5 +217,12 @@ hal_status_t cpu_mem_free(void *device, hal_mem_kind_t kind, void *ptr, void *co
 hal_status_t cpu_memcpy_async(void *stream, const hal_backend_ptr_t *dst,
                               const hal_backend_ptr_t *src, size_t n);
 hal_status_t cpu_memset_async(void *stream, const hal_backend_ptr_t *dst, int value, size_t n);
+hal_status_t cpu_program_create(void *device, hal_program_format_t format, const void *image,
+                                size_t size, void **program);
+void cpu_program_destroy(void *program);
+hal_status_t cpu_program_get_kernel(void *program, const char *name, void **kernel,
+                                    hal_kernel_info_t *info);
+hal_status_t cpu_kernel_launch(void *stream, void *program, void *kernel,
+                               const hal_backend_launch_t *launch);
 
 #endif /* HAL_BACKENDS_CPU_CPU_INTERNAL_H */

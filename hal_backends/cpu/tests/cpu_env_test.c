@@ -180,7 +180,8 @@ CTEST(CpuDevice, Properties)
         CTEST_EXPECT(props.capabilities ==
                      (HAL_DEVICE_CAP_SHARED_MEMORY | HAL_DEVICE_CAP_TIMING_EVENTS |
                       HAL_DEVICE_CAP_HOST_CALLBACKS | HAL_DEVICE_CAP_PEER_COPY |
-                      HAL_DEVICE_CAP_IPC));
+                      HAL_DEVICE_CAP_IPC | HAL_DEVICE_CAP_PROGRAMS));
+        CTEST_EXPECT(props.program_formats == (1u << HAL_PROGRAM_FORMAT_HOST_ELF));
         CTEST_EXPECT(props.stream_priority_least == 0);
         CTEST_EXPECT(props.stream_priority_greatest == -2);
         CTEST_EXPECT(props.alignment == 256);

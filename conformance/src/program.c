@@ -1,0 +1,465 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Conformance: programs and kernels (HAL 1.2). Every device answers the format checks; the rest
+ * runs where the device loads host shared objects (HAL_PROGRAM_FORMAT_HOST_ELF), with the
+ * kernels of conformance/fixtures/kernels.c read from the fixture directory. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cts.h"
+
+static bool loads_host_elf(const cts_ctx_t *ctx)
+{
+    return (ctx->props.capabilities & HAL_DEVICE_CAP_PROGRAMS) &&
+           (ctx->props.program_formats & (1u << HAL_PROGRAM_FORMAT_HOST_ELF));
+}
+
+#define SKIP_UNLESS_HOST_ELF(ctx)                                                           \
+    do {                                                                                    \
+        CTS_SKIP_UNLESS_CAP(ctx, HAL_DEVICE_CAP_PROGRAMS, "programs");                      \
+        if (!loads_host_elf(ctx))                                                           \
+            return cts_skip((ctx), "the device does not load HAL_PROGRAM_FORMAT_HOST_ELF"); \
+    } while (0)
+
+/* The device's default stream (NULL if it cannot be had: the calls given it then fail). */
+static hal_stream_t default_stream(const cts_ctx_t *ctx)
+{
+    hal_stream_t s = NULL;
+    hal_device_get_default_stream(ctx->device, &s);
+    return s;
+}
+
+/* The bytes of the fixture library of kernels (cts_calloc'd), or NULL with *result set. */
+static void *read_kernels(cts_ctx_t *ctx, size_t *size, int *result)
+{
+    if (ctx->fixture_dir == NULL) {
+        *result = CTS_FAIL;
+        fprintf(stderr, "the fixture libraries were not found (HAL_CTS_FIXTURE_DIR)\n");
+        return NULL;
+    }
+    char path[2048];
+    snprintf(path, sizeof(path), "%s/libcts_kernels.so", ctx->fixture_dir);
+    FILE *f = fopen(path, "rb");
+    void *image = NULL;
+    long n = -1;
+    if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0) {
+        image = cts_calloc(ctx, (size_t)n);
+        if (image && fread(image, 1, (size_t)n, f) != (size_t)n)
+            image = NULL;
+    }
+    if (f)
+        fclose(f);
+    if (!image) {
+        *result = CTS_FAIL;
+        fprintf(stderr, "cannot read %s\n", path);
+        return NULL;
+    }
+    *size = (size_t)n;
+    return image;
+}
+
+/* Loads the kernels; returns CTS_PASS with *program set. */
+static int load_kernels(cts_ctx_t *ctx, hal_program_t *program)
+{
+    size_t size = 0;
+    int result = CTS_PASS;
+    void *image = read_kernels(ctx, &size, &result);
+    if (!image)
+        return result;
+    CTS_CHECK_OK(
+        hal_program_create(ctx->device, HAL_PROGRAM_FORMAT_HOST_ELF, image, size, program));
+    return CTS_PASS;
+}
+
+#define LOAD(ctx, program, kernel, name)                                  \
+    hal_program_t program = NULL;                                         \
+    hal_kernel_t kernel = NULL;                                           \
+    do {                                                                  \
+        int loaded_ = load_kernels((ctx), &program);                      \
+        if (loaded_ != CTS_PASS)                                          \
+            return loaded_;                                               \
+        CTS_CHECK_OK(hal_program_get_kernel(program, (name), &(kernel))); \
+    } while (0)
+
+int cts_program_formats_property(cts_ctx_t *ctx)
+{
+    bool programs = (ctx->props.capabilities & HAL_DEVICE_CAP_PROGRAMS) != 0;
+    CTS_CHECK(programs || ctx->props.program_formats == 0);
+    CTS_CHECK(!programs || ctx->props.program_formats != 0);
+    CTS_CHECK((ctx->props.program_formats & ~((1u << HAL_PROGRAM_FORMAT_COUNT) - 2u)) == 0);
+    CTS_CHECK(strcmp(hal_program_format_name(HAL_PROGRAM_FORMAT_PTX), "ptx") == 0);
+    CTS_CHECK(strcmp(hal_program_format_name((hal_program_format_t)99), "unknown") == 0);
+    return CTS_PASS;
+}
+
+/* A format the device does not list is refused before the backend sees the image. */
+int cts_program_unlisted_format_unsupported(cts_ctx_t *ctx)
+{
+    static const char junk[] = "not an image";
+    hal_program_t p = NULL;
+    for (int f = 1; f < HAL_PROGRAM_FORMAT_COUNT; f++) {
+        if (ctx->props.program_formats & (1u << f))
+            continue;
+        CTS_CHECK_STATUS(
+            hal_program_create(ctx->device, (hal_program_format_t)f, junk, sizeof(junk), &p),
+            HAL_ERROR_UNSUPPORTED);
+        CTS_CHECK(p == NULL);
+        CTS_CHECK(strstr(hal_last_error_message(), hal_program_format_name(f)) != NULL);
+    }
+    CTS_CHECK_STATUS(
+        hal_program_create(ctx->device, (hal_program_format_t)77, junk, sizeof(junk), &p),
+        HAL_ERROR_UNSUPPORTED);
+    CTS_CHECK_STATUS(
+        hal_program_create(ctx->device, HAL_PROGRAM_FORMAT_NONE, junk, sizeof(junk), &p),
+        HAL_ERROR_UNSUPPORTED);
+    CTS_CHECK(p == NULL);
+    return CTS_PASS;
+}
+
+int cts_program_create_invalid(cts_ctx_t *ctx)
+{
+    static const char junk[] = "x";
+    hal_program_t p = NULL;
+    CTS_CHECK_STATUS(hal_program_create(NULL, HAL_PROGRAM_FORMAT_HOST_ELF, junk, 1, &p),
+                     HAL_ERROR_INVALID_HANDLE);
+    CTS_CHECK_STATUS(hal_program_create(ctx->device, HAL_PROGRAM_FORMAT_HOST_ELF, NULL, 1, &p),
+                     HAL_ERROR_INVALID_ARGUMENT);
+    CTS_CHECK_STATUS(hal_program_create(ctx->device, HAL_PROGRAM_FORMAT_HOST_ELF, junk, 0, &p),
+                     HAL_ERROR_INVALID_ARGUMENT);
+    CTS_CHECK_STATUS(hal_program_create(ctx->device, HAL_PROGRAM_FORMAT_HOST_ELF, junk, 1, NULL),
+                     HAL_ERROR_INVALID_ARGUMENT);
+    CTS_CHECK(p == NULL);
+    CTS_CHECK_OK(hal_program_destroy(NULL));
+    CTS_CHECK_STATUS(hal_program_destroy((hal_program_t)ctx->device), HAL_ERROR_INVALID_HANDLE);
+    return CTS_PASS;
+}
+
+/* Images that are not a host shared object are refused with a message, and nothing leaks. */
+int cts_program_corrupt_image(cts_ctx_t *ctx)
+{
+    SKIP_UNLESS_HOST_ELF(ctx);
+    size_t size = 0;
+    int result = CTS_PASS;
+    unsigned char *image = read_kernels(ctx, &size, &result);
+    if (!image)
+        return result;
+    hal_program_t p = NULL;
+    static const char text[] = "#!/bin/sh\necho not a program\n";
+    CTS_CHECK_STATUS(
+        hal_program_create(ctx->device, HAL_PROGRAM_FORMAT_HOST_ELF, text, sizeof(text), &p),
+        HAL_ERROR_INVALID_ARGUMENT);
+    CTS_CHECK(strstr(hal_last_error_message(), "hal_program_create") != NULL);
+    /* A valid header over a truncated body: the loader itself refuses it. */
+    CTS_CHECK_STATUS(
+        hal_program_create(ctx->device, HAL_PROGRAM_FORMAT_HOST_ELF, image, size / 8, &p),
+        HAL_ERROR_INVALID_ARGUMENT);
+    CTS_CHECK(p == NULL);
+    return CTS_PASS;
+}
+
+int cts_program_get_kernel(cts_ctx_t *ctx)
+{
+    SKIP_UNLESS_HOST_ELF(ctx);
+    LOAD(ctx, p, add, "cts_add");
+    hal_kernel_t again = NULL, other = NULL;
+    CTS_CHECK_OK(hal_program_get_kernel(p, "cts_add", &again));
+    CTS_CHECK(again == add);
+    CTS_CHECK_OK(hal_program_get_kernel(p, "cts_fail", &other));
+    CTS_CHECK(other != add);
+    hal_kernel_info_t info = HAL_KERNEL_INFO_INIT;
+    CTS_CHECK_OK(hal_kernel_get_info(add, &info));
+    CTS_CHECK(strcmp(info.name, "cts_add") == 0);
+    CTS_CHECK(info.nargs == 3);
+    CTS_CHECK(info.args[0].kind == HAL_KERNEL_ARG_POINTER);
+    CTS_CHECK(info.args[1].kind == HAL_KERNEL_ARG_SCALAR && info.args[1].size == 8);
+    CTS_CHECK(info.args[2].kind == HAL_KERNEL_ARG_SCALAR && info.args[2].size == 8);
+    hal_kernel_t unsigned_kernel = NULL;
+    CTS_CHECK_OK(hal_program_get_kernel(p, "cts_unsigned", &unsigned_kernel));
+    CTS_CHECK_OK(hal_kernel_get_info(unsigned_kernel, &info));
+    CTS_CHECK(info.nargs == UINT32_MAX);
+    CTS_CHECK_OK(hal_program_destroy(p));
+    return CTS_PASS;
+}
+
+int cts_program_get_kernel_invalid(cts_ctx_t *ctx)
+{
+    SKIP_UNLESS_HOST_ELF(ctx);
+    LOAD(ctx, p, k, "cts_add");
+    hal_kernel_t none = NULL;
+    CTS_CHECK_STATUS(hal_program_get_kernel(p, "no_such_kernel", &none), HAL_ERROR_NOT_FOUND);
+    CTS_CHECK(strstr(hal_last_error_message(), "no_such_kernel") != NULL);
+    CTS_CHECK(none == NULL);
+    CTS_CHECK_STATUS(hal_program_get_kernel(p, NULL, &none), HAL_ERROR_INVALID_ARGUMENT);
+    CTS_CHECK_STATUS(hal_program_get_kernel(p, "cts_add", NULL), HAL_ERROR_INVALID_ARGUMENT);
+    CTS_CHECK_STATUS(hal_program_get_kernel(p, "", &none), HAL_ERROR_INVALID_ARGUMENT);
+    char long_name[HAL_KERNEL_NAME_MAX + 1];
+    memset(long_name, 'k', sizeof(long_name) - 1);
+    long_name[sizeof(long_name) - 1] = '\0';
+    CTS_CHECK_STATUS(hal_program_get_kernel(p, long_name, &none), HAL_ERROR_INVALID_ARGUMENT);
+    CTS_CHECK_STATUS(hal_program_get_kernel(NULL, "cts_add", &none), HAL_ERROR_INVALID_HANDLE);
+    hal_kernel_info_t info = HAL_KERNEL_INFO_INIT;
+    CTS_CHECK_STATUS(hal_kernel_get_info(k, NULL), HAL_ERROR_INVALID_ARGUMENT);
+    info.struct_size = 8;
+    CTS_CHECK_STATUS(hal_kernel_get_info(k, &info), HAL_ERROR_INVALID_ARGUMENT);
+    CTS_CHECK_STATUS(hal_kernel_get_info(NULL, &info), HAL_ERROR_INVALID_HANDLE);
+    CTS_CHECK_OK(hal_program_destroy(p));
+    return CTS_PASS;
+}
+
+/* Every block of a 3-D grid runs exactly once, and the launch is done when the stream is. */
+int cts_program_launch_runs_every_block(cts_ctx_t *ctx)
+{
+    SKIP_UNLESS_HOST_ELF(ctx);
+    LOAD(ctx, p, k, "cts_count_blocks");
+    enum { GX = 5, GY = 3, GZ = 2, N = GX * GY * GZ };
+    uint32_t *out = NULL;
+    CTS_CHECK_OK(
+        hal_mem_alloc(ctx->device, HAL_MEM_KIND_DEVICE, N * sizeof(uint32_t), 0, (void **)&out));
+    CTS_CHECK_OK(cts_memset_sync(out, 0, N * sizeof(uint32_t), default_stream(ctx)));
+    hal_launch_config_t cfg = HAL_LAUNCH_CONFIG_INIT(GX, GY, GZ);
+    hal_kernel_arg_t arg = HAL_KERNEL_ARG_PTR(out, N * sizeof(uint32_t));
+    CTS_CHECK_OK(hal_kernel_launch(default_stream(ctx), k, &cfg, &arg, 1));
+    uint32_t host[N];
+    CTS_CHECK_OK(cts_copy_sync(host, out, sizeof(host), default_stream(ctx)));
+    for (uint32_t b = 0; b < N; b++)
+        CTS_CHECKF(host[b] == b + 1, "block %u ran %u times", b, host[b] / (b + 1));
+    CTS_CHECK_OK(hal_mem_free(out));
+    CTS_CHECK_OK(hal_program_destroy(p));
+    return CTS_PASS;
+}
+
+/* Launches are stream-ordered against copies and other launches, and across streams through
+ * events. */
+int cts_program_launch_ordering(cts_ctx_t *ctx)
+{
+    SKIP_UNLESS_HOST_ELF(ctx);
+    LOAD(ctx, p, add, "cts_add");
+    enum { N = 4096 };
+    uint64_t *buf = NULL;
+    CTS_CHECK_OK(hal_mem_alloc(ctx->device, HAL_MEM_KIND_DEVICE, N * 8, 0, (void **)&buf));
+    uint64_t *host = cts_calloc(ctx, N * 8);
+    CTS_CHECK(host != NULL);
+    for (uint64_t i = 0; i < N; i++)
+        host[i] = i;
+    hal_stream_t other = NULL;
+    hal_event_t ev = NULL;
+    CTS_CHECK_OK(hal_stream_create(ctx->device, 0, &other));
+    CTS_CHECK_OK(hal_event_create(ctx->device, HAL_EVENT_FLAG_NONE, &ev));
+    hal_launch_config_t cfg = HAL_LAUNCH_CONFIG_INIT(7, 1, 1);
+    hal_kernel_arg_t args[3] = { HAL_KERNEL_ARG_PTR(buf, N * 8), HAL_KERNEL_ARG_U64(N),
+                                 HAL_KERNEL_ARG_U64(10) };
+    CTS_CHECK_OK(hal_memcpy_async(buf, host, N * 8, default_stream(ctx)));
+    for (int r = 0; r < 5; r++)
+        CTS_CHECK_OK(hal_kernel_launch(default_stream(ctx), add, &cfg, args, 3));
+    CTS_CHECK_OK(hal_event_record(ev, default_stream(ctx)));
+    CTS_CHECK_OK(hal_stream_wait_event(other, ev));
+    args[2] = HAL_KERNEL_ARG_U64(1000);
+    CTS_CHECK_OK(hal_kernel_launch(other, add, &cfg, args, 3));
+    CTS_CHECK_OK(hal_memcpy_async(host, buf, N * 8, other));
+    CTS_CHECK_OK(hal_stream_synchronize(other));
+    for (uint64_t i = 0; i < N; i++)
+        CTS_CHECKF(host[i] == i + 1050, "element %llu is %llu", (unsigned long long)i,
+                   (unsigned long long)host[i]);
+    CTS_CHECK_OK(hal_event_destroy(ev));
+    CTS_CHECK_OK(hal_stream_destroy(other));
+    CTS_CHECK_OK(hal_mem_free(buf));
+    CTS_CHECK_OK(hal_program_destroy(p));
+    return CTS_PASS;
+}
+
+/* Every malformed launch is refused at enqueue with nothing run. */
+int cts_program_launch_invalid(cts_ctx_t *ctx)
+{
+    SKIP_UNLESS_HOST_ELF(ctx);
+    LOAD(ctx, p, add, "cts_add");
+    hal_kernel_t unsigned_kernel = NULL;
+    CTS_CHECK_OK(hal_program_get_kernel(p, "cts_unsigned", &unsigned_kernel));
+    uint64_t *buf = NULL;
+    CTS_CHECK_OK(hal_mem_alloc(ctx->device, HAL_MEM_KIND_DEVICE, 64, 0, (void **)&buf));
+    CTS_CHECK_OK(cts_memset_sync(buf, 0, 64, default_stream(ctx)));
+    uint64_t pageable[8] = { 0 };
+    hal_launch_config_t cfg = HAL_LAUNCH_CONFIG_INIT(1, 1, 1);
+    hal_kernel_arg_t ok[3] = { HAL_KERNEL_ARG_PTR(buf, 64), HAL_KERNEL_ARG_U64(8),
+                               HAL_KERNEL_ARG_U64(1) };
+    hal_kernel_arg_t bad[3];
+#define EXPECT_REFUSED(stream, kernel, config, args, n)                            \
+    CTS_CHECK_STATUS(hal_kernel_launch((stream), (kernel), (config), (args), (n)), \
+                     HAL_ERROR_INVALID_ARGUMENT);                                  \
+    CTS_CHECK(strstr(hal_last_error_message(), "hal_kernel_launch") != NULL)
+    EXPECT_REFUSED(default_stream(ctx), add, &cfg, ok, 2); /* too few for the signature */
+    EXPECT_REFUSED(default_stream(ctx), add, NULL, ok, 3);
+    EXPECT_REFUSED(default_stream(ctx), add, &cfg, NULL, 3);
+    EXPECT_REFUSED(default_stream(ctx), add, &cfg, ok, HAL_KERNEL_ARGS_MAX + 1);
+    hal_launch_config_t zero = HAL_LAUNCH_CONFIG_INIT(1, 0, 1);
+    EXPECT_REFUSED(default_stream(ctx), add, &zero, ok, 3);
+    hal_launch_config_t small = cfg;
+    small.struct_size = 8;
+    EXPECT_REFUSED(default_stream(ctx), add, &small, ok, 3);
+    memcpy(bad, ok, sizeof(bad));
+    bad[1] = HAL_KERNEL_ARG_I32(8); /* 4 bytes where 8 are declared */
+    EXPECT_REFUSED(default_stream(ctx), add, &cfg, bad, 3);
+    memcpy(bad, ok, sizeof(bad));
+    bad[0] = HAL_KERNEL_ARG_U64(0); /* a scalar where a pointer is declared */
+    EXPECT_REFUSED(default_stream(ctx), add, &cfg, bad, 3);
+    memcpy(bad, ok, sizeof(bad));
+    bad[0] = HAL_KERNEL_ARG_PTR(pageable, sizeof(pageable)); /* not HAL memory */
+    EXPECT_REFUSED(default_stream(ctx), add, &cfg, bad, 3);
+    memcpy(bad, ok, sizeof(bad));
+    bad[0] = HAL_KERNEL_ARG_PTR(buf + 4, 64); /* runs past the allocation */
+    EXPECT_REFUSED(default_stream(ctx), add, &cfg, bad, 3);
+    memcpy(bad, ok, sizeof(bad));
+    bad[1].size = 0;
+    EXPECT_REFUSED(default_stream(ctx), unsigned_kernel, &cfg, bad, 3);
+    bad[1].size = HAL_KERNEL_SCALAR_MAX + 1;
+    EXPECT_REFUSED(default_stream(ctx), unsigned_kernel, &cfg, bad, 3);
+    bad[1].kind = (hal_kernel_arg_kind_t)9;
+    EXPECT_REFUSED(default_stream(ctx), unsigned_kernel, &cfg, bad, 3);
+#undef EXPECT_REFUSED
+    hal_device_t other = cts_other_device(ctx);
+    if (other) {
+        hal_stream_t s = NULL;
+        CTS_CHECK_OK(hal_device_get_default_stream(other, &s));
+        CTS_CHECK_STATUS(hal_kernel_launch(s, add, &cfg, ok, 3), HAL_ERROR_INVALID_ARGUMENT);
+    }
+    CTS_CHECK_STATUS(hal_kernel_launch(NULL, add, &cfg, ok, 3), HAL_ERROR_INVALID_HANDLE);
+    CTS_CHECK_STATUS(hal_kernel_launch(default_stream(ctx), NULL, &cfg, ok, 3),
+                     HAL_ERROR_INVALID_HANDLE);
+    /* Nothing ran, and a launch without a signature takes what it is given. */
+    CTS_CHECK_OK(hal_kernel_launch(default_stream(ctx), unsigned_kernel, &cfg, ok, 3));
+    uint64_t host[8];
+    CTS_CHECK_OK(cts_copy_sync(host, buf, sizeof(host), default_stream(ctx)));
+    CTS_CHECK(cts_bytes_find_other(host, sizeof(host), 0) == sizeof(host));
+    CTS_CHECK_OK(hal_mem_free(buf));
+    CTS_CHECK_OK(hal_program_destroy(p));
+    return CTS_PASS;
+}
+
+/* A block that fails latches its error, with its detail, on the stream. */
+int cts_program_kernel_error_latches(cts_ctx_t *ctx)
+{
+    SKIP_UNLESS_HOST_ELF(ctx);
+    LOAD(ctx, p, fail, "cts_fail");
+    hal_stream_t s = NULL;
+    CTS_CHECK_OK(hal_stream_create(ctx->device, 0, &s));
+    hal_launch_config_t cfg = HAL_LAUNCH_CONFIG_INIT(8, 1, 1);
+    hal_kernel_arg_t none_fails = HAL_KERNEL_ARG_I32(100), third = HAL_KERNEL_ARG_I32(3);
+    CTS_CHECK_OK(hal_kernel_launch(s, fail, &cfg, &none_fails, 1));
+    CTS_CHECK_OK(hal_stream_synchronize(s));
+    CTS_CHECK_OK(hal_kernel_launch(s, fail, &cfg, &third, 1));
+    CTS_CHECK_STATUS(hal_stream_synchronize(s), HAL_ERROR_INVALID_ARGUMENT);
+    CTS_CHECKF(strstr(hal_last_error_message(), "deliberate failure in block 3") != NULL,
+               "message: %s", hal_last_error_message());
+    /* Sticky: later launches are refused with the same error. */
+    CTS_CHECK_STATUS(hal_kernel_launch(s, fail, &cfg, &none_fails, 1), HAL_ERROR_INVALID_ARGUMENT);
+    CTS_CHECK_STATUS(hal_stream_destroy(s), HAL_ERROR_INVALID_ARGUMENT);
+    CTS_CHECK_OK(hal_program_destroy(p));
+    return CTS_PASS;
+}
+
+/* Destroying a program with launches still queued: they run, the handles die at once. */
+int cts_program_destroy_with_pending_launches(cts_ctx_t *ctx)
+{
+    SKIP_UNLESS_HOST_ELF(ctx);
+    CTS_SKIP_UNLESS_CAP(ctx, HAL_DEVICE_CAP_HOST_CALLBACKS, "host callbacks");
+    LOAD(ctx, p, add, "cts_add");
+    enum { N = 256 };
+    uint64_t *buf = NULL;
+    CTS_CHECK_OK(hal_mem_alloc(ctx->device, HAL_MEM_KIND_DEVICE, N * 8, 0, (void **)&buf));
+    CTS_CHECK_OK(cts_memset_sync(buf, 0, N * 8, default_stream(ctx)));
+    cts_gate_t *gate = cts_gate_new(ctx);
+    CTS_CHECK(gate != NULL);
+    CTS_CHECK_OK(cts_gate_enqueue(gate, default_stream(ctx)));
+    hal_launch_config_t cfg = HAL_LAUNCH_CONFIG_INIT(3, 1, 1);
+    hal_kernel_arg_t args[3] = { HAL_KERNEL_ARG_PTR(buf, N * 8), HAL_KERNEL_ARG_U64(N),
+                                 HAL_KERNEL_ARG_U64(7) };
+    for (int r = 0; r < 3; r++)
+        CTS_CHECK_OK(hal_kernel_launch(default_stream(ctx), add, &cfg, args, 3));
+    CTS_CHECK_OK(hal_program_destroy(p));
+    CTS_CHECK_STATUS(hal_kernel_launch(default_stream(ctx), add, &cfg, args, 3),
+                     HAL_ERROR_INVALID_HANDLE);
+    cts_gate_open(gate);
+    uint64_t host[N];
+    CTS_CHECK_OK(cts_copy_sync(host, buf, sizeof(host), default_stream(ctx)));
+    for (int i = 0; i < N; i++)
+        CTS_CHECKF(host[i] == 21, "element %d is %llu", i, (unsigned long long)host[i]);
+    CTS_CHECK_OK(hal_mem_free(buf));
+    return CTS_PASS;
+}
+
+typedef struct launcher {
+    hal_device_t device;
+    hal_kernel_t kernel;
+    uint64_t *buf;
+    hal_status_t status;
+    uint64_t result;
+} launcher_t;
+
+enum { LAUNCHERS = 4, LAUNCHES = 50, LAUNCH_N = 64 };
+
+static void *launch_thread(void *arg)
+{
+    launcher_t *l = arg;
+    hal_stream_t s = NULL;
+    l->status = hal_stream_create(l->device, 0, &s);
+    hal_launch_config_t cfg = HAL_LAUNCH_CONFIG_INIT(2, 2, 1);
+    hal_kernel_arg_t args[3] = { HAL_KERNEL_ARG_PTR(l->buf, LAUNCH_N * 8),
+                                 HAL_KERNEL_ARG_U64(LAUNCH_N), HAL_KERNEL_ARG_U64(1) };
+    if (l->status == HAL_OK)
+        l->status = hal_memset_async(l->buf, 0, LAUNCH_N * 8, s);
+    for (int r = 0; r < LAUNCHES && l->status == HAL_OK; r++)
+        l->status = hal_kernel_launch(s, l->kernel, &cfg, args, 3);
+    uint64_t host[LAUNCH_N];
+    if (l->status == HAL_OK)
+        l->status = cts_copy_sync(host, l->buf, sizeof(host), s);
+    if (l->status == HAL_OK) {
+        l->result = host[0];
+        for (int i = 1; i < LAUNCH_N; i++)
+            if (host[i] != host[0])
+                l->result = UINT64_MAX;
+    }
+    if (s)
+        hal_stream_destroy(s);
+    return NULL;
+}
+
+/* Threads launching one kernel on streams of their own at once. */
+int cts_program_concurrent_launches(cts_ctx_t *ctx)
+{
+    SKIP_UNLESS_HOST_ELF(ctx);
+    LOAD(ctx, p, add, "cts_add");
+    launcher_t l[LAUNCHERS];
+    pthread_t t[LAUNCHERS];
+    for (int i = 0; i < LAUNCHERS; i++) {
+        l[i] = (launcher_t){ .device = ctx->device, .kernel = add };
+        CTS_CHECK_OK(
+            hal_mem_alloc(ctx->device, HAL_MEM_KIND_DEVICE, LAUNCH_N * 8, 0, (void **)&l[i].buf));
+    }
+    for (int i = 0; i < LAUNCHERS; i++)
+        CTS_CHECK(pthread_create(&t[i], NULL, launch_thread, &l[i]) == 0);
+    for (int i = 0; i < LAUNCHERS; i++)
+        pthread_join(t[i], NULL);
+    for (int i = 0; i < LAUNCHERS; i++) {
+        CTS_CHECK_OK(l[i].status);
+        CTS_CHECKF(l[i].result == LAUNCHES, "thread %d: %llu", i, (unsigned long long)l[i].result);
+        CTS_CHECK_OK(hal_mem_free(l[i].buf));
+    }
+    CTS_CHECK_OK(hal_program_destroy(p));
+    return CTS_PASS;
+}
+
+/* A program left alive is destroyed when the backend closes. */
+int cts_program_left_at_close(cts_ctx_t *ctx)
+{
+    SKIP_UNLESS_HOST_ELF(ctx);
+    hal_program_t p = NULL;
+    int loaded = load_kernels(ctx, &p);
+    if (loaded != CTS_PASS)
+        return loaded;
+    ctx->expected_leaks = 1; /* the program, reported by the validation layer */
+    CTS_CHECK_OK(cts_backend_close_fully(ctx));
+    CTS_CHECK_OK(cts_backend_reopen(ctx));
+    hal_kernel_t k = NULL;
+    CTS_CHECK_STATUS(hal_program_get_kernel(p, "cts_add", &k), HAL_ERROR_INVALID_HANDLE);
+    return CTS_PASS;
+}
