@@ -92,12 +92,13 @@ typedef struct hal_layer_call {
     hal_mem_kind_t kind2;     /* memcpy_async: of src */
     const void *ptr;          /* mem_alloc (after), mem_free, dst, send buffer, ipc pointer */
     const void *ptr2;         /* src, recv buffer */
-    uint64_t size;            /* bytes (mem_alloc, memcpy, memset) or element count */
-    int64_t arg;              /* index, priority, flags, value, alignment, root or peer */
-    int32_t dtype, op;        /* collectives */
-    uint64_t out;             /* after: device_count's count, device_get_free_memory's bytes */
-    float out_ms;             /* after: event_elapsed_ms */
-    const char *name;         /* program_get_kernel, kernel_launch: the kernel's name */
+    uint64_t size;     /* bytes (mem_alloc, memcpy, memset, program_create), element count, or
+                          kernel_launch's argument count */
+    int64_t arg;       /* index, priority, flags, value, alignment, root or peer */
+    int32_t dtype, op; /* collectives */
+    uint64_t out;      /* after: device_count's count, device_get_free_memory's bytes */
+    float out_ms;      /* after: event_elapsed_ms */
+    const char *name;  /* program_get_kernel, kernel_launch: the kernel's name */
     /* stream_launch_host_fn / stream_add_callback: what is enqueued; `before` may replace it. */
     hal_stream_host_fn_t host_fn;
     hal_host_fn_t callback;

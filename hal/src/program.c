@@ -51,9 +51,8 @@ hal_status_t hal_program_create(hal_device_t device, hal_program_format_t format
     HAL_CHECK_NOT_NULL(image, ops->name, call);
     if (size == 0)
         return hal_error(HAL_ERROR_INVALID_ARGUMENT, ops->name, call, "size is 0");
-    uint32_t formats =
-        (device->props.capabilities & HAL_DEVICE_CAP_PROGRAMS) ? device->props.program_formats : 0;
-    if ((unsigned)format >= 32 || !(formats & (1u << format))) {
+    uint32_t formats = device->props.program_formats; /* known formats only (device.c) */
+    if ((unsigned)format >= HAL_PROGRAM_FORMAT_COUNT || !(formats & (1u << format))) {
         char list[96];
         format_list(formats, list, sizeof(list));
         return hal_error(HAL_ERROR_UNSUPPORTED, ops->name, call,

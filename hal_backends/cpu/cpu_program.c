@@ -57,8 +57,8 @@ static const char *elf_problem(const void *image, size_t size)
     const unsigned char *b = image;
     if (size < sizeof(Elf64_Ehdr) || memcmp(b, ELFMAG, SELFMAG) != 0)
         return "it does not start with an ELF header";
-    if (b[EI_CLASS] != (sizeof(void *) == 8 ? ELFCLASS64 : ELFCLASS32))
-        return "its ELF class is not the host's";
+    if (b[EI_CLASS] != ELFCLASS64)
+        return "it is not a 64-bit ELF file (the cpu backend runs on 64-bit hosts)";
     Elf64_Ehdr hdr;
     memcpy(&hdr, image, sizeof(hdr)); /* the image need not be aligned */
     const Elf64_Ehdr *h = &hdr;

@@ -211,10 +211,11 @@ HAL_API hal_status_t hal_kernel_get_info(hal_kernel_t kernel, hal_kernel_info_t 
  * [in] args    nargs arguments (NULL when nargs is 0).
  * [in] nargs   at most HAL_KERNEL_ARGS_MAX.
  * Returns: HAL_OK; HAL_ERROR_INVALID_HANDLE; HAL_ERROR_INVALID_ARGUMENT (a stream of another
- * device, a zero or missing grid dimension, too many arguments, an unknown kind, a scalar size
- * out of range, a pointer outside the HAL's memory or of another backend, a range past its
- * allocation, an argument list that does not match the kernel's signature); a sticky error
- * already latched on the stream.
+ * device, config NULL or too small, a zero grid or block dimension, too many arguments, an
+ * unknown kind, a scalar size out of range, a pointer outside the HAL's memory, memory of another
+ * backend or device memory of another device, a range past its allocation, an argument list
+ * that does not match the kernel's signature, a request the backend cannot meet such as too
+ * many shared_bytes); a sticky error already latched on the stream.
  * Thread safety: safe for different streams; calls on one stream need external ordering. */
 HAL_API hal_status_t hal_kernel_launch(hal_stream_t stream, hal_kernel_t kernel,
                                        const hal_launch_config_t *config,

@@ -88,9 +88,8 @@ typedef enum hal_mem_kind {
 #define HAL_DEVICE_CAP_IPC                (UINT64_C(1) << 5) /* hal_mem_ipc_* across processes */
 #define HAL_DEVICE_CAP_FP8_COLLECTIVES    (UINT64_C(1) << 6) /* fp8 dtypes in collectives */
 #define HAL_DEVICE_CAP_NATIVE_COLLECTIVES (UINT64_C(1) << 7) /* the backend runs collectives */
-#define HAL_DEVICE_CAP_PROGRAMS                             \
-    (UINT64_C(1) << 8) /* since 1.2: hal_program_* (formats \
-                          in program_formats) */
+/* Since 1.2: hal_program_* and hal_kernel_* (the formats are in program_formats). */
+#define HAL_DEVICE_CAP_PROGRAMS (UINT64_C(1) << 8)
 
 /* ---- Backend flags (hal_backend_info_t.flags, hal_backend_ops_t.flags) ----------------------
  * What a backend says of itself before it is initialised (hal_backend_probe). */
