@@ -199,6 +199,11 @@ static const hal_backend_ops_t trn_ops = {
     .recv = NULL,
     .group_begin = NULL,
     .group_end = NULL,
+    /* ---- 1.2 ---- */
+    .program_create = trn_program_create,
+    .program_destroy = trn_program_destroy,
+    .program_get_kernel = trn_program_get_kernel,
+    .kernel_launch = trn_kernel_launch,
 };
 
 /* The one exported symbol. */

@@ -222,14 +222,16 @@ hal_status_t trn_device_get_properties(void *device_, hal_device_properties_t *p
     /* PEER_COPY: device-to-device copies across cores are staged through host memory (the
      * runtime's nrt_tensor_copy only copies within one core). */
     if (TRN_PROPS_HAS(props, capabilities))
-        props->capabilities =
-            HAL_DEVICE_CAP_TIMING_EVENTS | HAL_DEVICE_CAP_HOST_CALLBACKS | HAL_DEVICE_CAP_PEER_COPY;
+        props->capabilities = HAL_DEVICE_CAP_TIMING_EVENTS | HAL_DEVICE_CAP_HOST_CALLBACKS |
+                              HAL_DEVICE_CAP_PEER_COPY | HAL_DEVICE_CAP_PROGRAMS;
     if (TRN_PROPS_HAS(props, stream_priority_least))
         props->stream_priority_least = TRN_PRIORITY_LEAST;
     if (TRN_PROPS_HAS(props, stream_priority_greatest))
         props->stream_priority_greatest = TRN_PRIORITY_GREATEST;
     if (TRN_PROPS_HAS(props, alignment))
         props->alignment = TRN_MIN_ALIGNMENT;
+    if (TRN_PROPS_HAS(props, program_formats))
+        props->program_formats = 1u << HAL_PROGRAM_FORMAT_NEFF;
     return HAL_OK;
 }
 

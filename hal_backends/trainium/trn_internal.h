@@ -63,6 +63,7 @@
 typedef struct trn_nrt {
     void *dl;
     char path[PATH_MAX]; /* where the library was found, for messages */
+    bool is_emulator;    /* it is the libnrt emulator (it exports nrt_emu_set_fault) */
     nrt_get_status_as_str_fn *get_status_as_str;
     nrt_init_fn *init;
     nrt_close_fn *close;
@@ -78,6 +79,14 @@ typedef struct trn_nrt {
     nrt_tensor_write_fn *tensor_write;
     nrt_tensor_copy_fn *tensor_copy;
     nrt_tensor_memset_fn *tensor_memset;
+    nrt_allocate_tensor_set_fn *allocate_tensor_set;
+    nrt_destroy_tensor_set_fn *destroy_tensor_set;
+    nrt_add_tensor_to_tensor_set_fn *add_tensor_to_tensor_set;
+    nrt_load_fn *load;
+    nrt_unload_fn *unload;
+    nrt_execute_fn *execute;
+    nrt_get_model_tensor_info_fn *get_model_tensor_info;
+    nrt_free_model_tensor_info_fn *free_model_tensor_info;
 } trn_nrt_t;
 
 /* Finds and loads libnrt.so.1 (HAL_NEURON_LIBNRT, then the installed runtime, then the loader's
@@ -186,5 +195,15 @@ hal_status_t trn_mem_free(void *device, hal_mem_kind_t kind, void *ptr, void *co
 hal_status_t trn_memcpy_async(void *stream, const hal_backend_ptr_t *dst,
                               const hal_backend_ptr_t *src, size_t n);
 hal_status_t trn_memset_async(void *stream, const hal_backend_ptr_t *dst, int value, size_t n);
+
+/* ---- programs (trn_program.c) -------------------------------------------------------------- */
+
+hal_status_t trn_program_create(void *device, hal_program_format_t format, const void *image,
+                                size_t size, void **program);
+void trn_program_destroy(void *program);
+hal_status_t trn_program_get_kernel(void *program, const char *name, void **kernel,
+                                    hal_kernel_info_t *info);
+hal_status_t trn_kernel_launch(void *stream, void *program, void *kernel,
+                               const hal_backend_launch_t *launch);
 
 #endif /* HAL_BACKENDS_TRAINIUM_TRN_INTERNAL_H */

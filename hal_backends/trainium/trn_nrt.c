@@ -48,6 +48,14 @@ static const trn_nrt_symbol_t trn_nrt_symbols[] = {
     TRN_SYM(tensor_write, nrt_tensor_write),
     TRN_SYM(tensor_copy, nrt_tensor_copy),
     TRN_SYM(tensor_memset, nrt_tensor_memset),
+    TRN_SYM(allocate_tensor_set, nrt_allocate_tensor_set),
+    TRN_SYM(destroy_tensor_set, nrt_destroy_tensor_set),
+    TRN_SYM(add_tensor_to_tensor_set, nrt_add_tensor_to_tensor_set),
+    TRN_SYM(load, nrt_load),
+    TRN_SYM(unload, nrt_unload),
+    TRN_SYM(execute, nrt_execute),
+    TRN_SYM(get_model_tensor_info, nrt_get_model_tensor_info),
+    TRN_SYM(free_model_tensor_info, nrt_free_model_tensor_info),
 };
 
 #define TRN_NRT_SYMBOL_COUNT (sizeof(trn_nrt_symbols) / sizeof(trn_nrt_symbols[0]))
@@ -120,8 +128,11 @@ static hal_status_t resolve_symbols(trn_nrt_t *nrt, char *msg, size_t msg_size)
          * dlsym works on (POSIX requires it). */
         memcpy((char *)nrt + trn_nrt_symbols[i].offset, &sym, sizeof(sym));
     }
-    if (count == 0)
+    if (count == 0) {
+        /* The emulator's extension marks it, for messages about what it cannot do. */
+        nrt->is_emulator = dlsym(nrt->dl, "nrt_emu_set_fault") != NULL;
         return HAL_OK;
+    }
     snprintf(msg, msg_size,
              "libnrt.so.1 at %s lacks %s (%u of the %zu functions the backend needs; it was "
              "written against libnrt " NRT_ABI_LIBNRT_VERSION " of Neuron SDK " NRT_ABI_SDK_VERSION

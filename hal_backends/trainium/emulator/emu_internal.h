@@ -159,6 +159,29 @@ void emu_leave(void);
 
 /* ---- emu_tensor.c: tensors and device memory ---- */
 
+/* A snapshot of a tensor: its storage (referenced) and the range of it the tensor views. */
+typedef struct emu_storage emu_storage_t;
+typedef struct emu_view {
+    emu_storage_t *st; /* NULL for a tensor without storage */
+    size_t offset;
+    size_t size;
+} emu_view_t;
+
+/* Takes a view of a live tensor (NRT_INVALID for NULL, NRT_INVALID_HANDLE for a dead one, logged
+ * as api with `what` naming the argument); release it with emu_view_put. */
+NRT_STATUS emu_view_take(const char *api, const char *what, const nrt_tensor_t *t, emu_view_t *v);
+void emu_view_put(emu_view_t *v);
+/* [offset, offset + size) must lie inside the view, which must have storage. */
+NRT_STATUS emu_view_check_range(const char *api, const char *what, const emu_view_t *v,
+                                uint64_t offset, uint64_t size);
+/* Host address of byte `offset` of the view (its storage is host memory underneath). */
+unsigned char *emu_view_bytes(const emu_view_t *v, uint64_t offset);
+
+/* ---- emu_model.c: tensor sets and models ---- */
+
+/* Frees every model and tensor set (nrt_close, a forked child; emu_rt.lock held for writing). */
+void emu_models_release_all(void);
+
 /* Frees every tensor (nrt_close; caller holds emu_rt.lock for writing). */
 void emu_tensors_release_all(void);
 

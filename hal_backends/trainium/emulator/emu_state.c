@@ -123,6 +123,7 @@ NRT_EMU_EXPORT void nrt_close(void)
         pthread_rwlock_unlock(&emu_rt.lock);
         return;
     }
+    emu_models_release_all();
     emu_tensors_release_all();
     emu_cores_release(&emu_rt.locks);
     emu_faults_clear_latch();
@@ -212,6 +213,7 @@ static void fork_child(void)
     emu_faults_unlock_after_fork();
     emu_tensors_unlock_after_fork();
     if (emu_rt.phase == EMU_PHASE_READY) {
+        emu_models_release_all();
         emu_tensors_release_all();
         emu_cores_release(&emu_rt.locks);
         emu_rt.vnc_count = 0;

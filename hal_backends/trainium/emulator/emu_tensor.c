@@ -24,7 +24,7 @@
 
 #define TENSOR_NAME_LEN 64
 
-typedef struct emu_storage {
+struct emu_storage {
     atomic_uint refs;
     nrt_tensor_placement_t placement; /* DEVICE, HOST or VIRTUAL */
     int vnc;                          /* visible core; -1 for host memory not tied to one */
@@ -34,7 +34,7 @@ typedef struct emu_storage {
     size_t length;                    /* usable bytes */
     size_t mapped;                    /* mapping length of va/data, 0 if caller-owned */
     size_t charged;                   /* bytes charged to vnc (DEVICE only) */
-} emu_storage_t;
+};
 
 struct nrt_tensor {
     emu_storage_t *storage; /* NULL: empty tensor */
@@ -219,20 +219,14 @@ static NRT_STATUS storage_create(const char *api, const char *name,
 
 /* ---- Views: a snapshot of a tensor, holding a reference on its storage ---- */
 
-typedef struct emu_view {
-    emu_storage_t *st;
-    size_t offset;
-    size_t size;
-} emu_view_t;
-
 static nrt_tensor_placement_t view_placement(const emu_view_t *v)
 {
     return v->st != NULL ? v->st->placement : NRT_TENSOR_PLACEMENT_VIRTUAL;
 }
 
 /* Caller holds reg_lock. */
-static NRT_STATUS view_take_locked(const char *api, const char *what, const nrt_tensor_t *t,
-                                   emu_view_t *v)
+static NRT_STATUS emu_view_take_locked(const char *api, const char *what, const nrt_tensor_t *t,
+                                       emu_view_t *v)
 {
     size_t index;
     if (!reg_find(t, &index)) {
@@ -248,27 +242,27 @@ static NRT_STATUS view_take_locked(const char *api, const char *what, const nrt_
     return NRT_SUCCESS;
 }
 
-static NRT_STATUS view_take(const char *api, const char *what, const nrt_tensor_t *t, emu_view_t *v)
+NRT_STATUS emu_view_take(const char *api, const char *what, const nrt_tensor_t *t, emu_view_t *v)
 {
     if (t == NULL) {
         EMU_ERR(api, "%s is NULL", what);
         return NRT_INVALID;
     }
     pthread_mutex_lock(&reg_lock);
-    NRT_STATUS status = view_take_locked(api, what, t, v);
+    NRT_STATUS status = emu_view_take_locked(api, what, t, v);
     pthread_mutex_unlock(&reg_lock);
     return status;
 }
 
-static void view_put(emu_view_t *v)
+void emu_view_put(emu_view_t *v)
 {
     storage_unref(v->st);
     v->st = NULL;
 }
 
 /* [offset, offset + size) must lie inside the view, which must have storage. */
-static NRT_STATUS view_check_range(const char *api, const char *what, const emu_view_t *v,
-                                   uint64_t offset, uint64_t size)
+NRT_STATUS emu_view_check_range(const char *api, const char *what, const emu_view_t *v,
+                                uint64_t offset, uint64_t size)
 {
     if (v->st == NULL) {
         EMU_ERR(api, "%s has no storage (nrt_tensor_allocate_empty without attach)", what);
@@ -282,7 +276,7 @@ static NRT_STATUS view_check_range(const char *api, const char *what, const emu_
     return NRT_SUCCESS;
 }
 
-static unsigned char *view_bytes(const emu_view_t *v, uint64_t offset)
+unsigned char *emu_view_bytes(const emu_view_t *v, uint64_t offset)
 {
     return v->st->data + v->offset + offset;
 }
@@ -418,13 +412,13 @@ NRT_EMU_EXPORT NRT_STATUS nrt_tensor_read(const nrt_tensor_t *tensor, void *buf,
     if (status != NRT_SUCCESS)
         return status;
     emu_view_t v = { 0 };
-    status = view_take(api, "tensor", tensor, &v);
+    status = emu_view_take(api, "tensor", tensor, &v);
     if (status == NRT_SUCCESS && buf == NULL) {
         EMU_ERR(api, "buf is NULL");
         status = NRT_INVALID;
     }
     if (status == NRT_SUCCESS)
-        status = view_check_range(api, "tensor", &v, offset, size);
+        status = emu_view_check_range(api, "tensor", &v, offset, size);
     if (status == NRT_SUCCESS) {
         status = emu_fault_hit(EMU_FAULT_READ);
         if (status != NRT_SUCCESS)
@@ -432,10 +426,10 @@ NRT_EMU_EXPORT NRT_STATUS nrt_tensor_read(const nrt_tensor_t *tensor, void *buf,
     }
     if (status == NRT_SUCCESS) {
         uint64_t deadline = view_dma_begin(&v, size);
-        memcpy(buf, view_bytes(&v, offset), size);
+        memcpy(buf, emu_view_bytes(&v, offset), size);
         emu_dma_end(deadline);
     }
-    view_put(&v);
+    emu_view_put(&v);
     emu_leave();
     return status;
 }
@@ -448,13 +442,13 @@ NRT_EMU_EXPORT NRT_STATUS nrt_tensor_write(nrt_tensor_t *tensor, const void *buf
     if (status != NRT_SUCCESS)
         return status;
     emu_view_t v = { 0 };
-    status = view_take(api, "tensor", tensor, &v);
+    status = emu_view_take(api, "tensor", tensor, &v);
     if (status == NRT_SUCCESS && buf == NULL) {
         EMU_ERR(api, "buf is NULL");
         status = NRT_INVALID;
     }
     if (status == NRT_SUCCESS)
-        status = view_check_range(api, "tensor", &v, offset, size);
+        status = emu_view_check_range(api, "tensor", &v, offset, size);
     if (status == NRT_SUCCESS) {
         status = emu_fault_hit(EMU_FAULT_WRITE);
         if (status != NRT_SUCCESS)
@@ -462,10 +456,10 @@ NRT_EMU_EXPORT NRT_STATUS nrt_tensor_write(nrt_tensor_t *tensor, const void *buf
     }
     if (status == NRT_SUCCESS) {
         uint64_t deadline = view_dma_begin(&v, size);
-        memcpy(view_bytes(&v, offset), buf, size);
+        memcpy(emu_view_bytes(&v, offset), buf, size);
         emu_dma_end(deadline);
     }
-    view_put(&v);
+    emu_view_put(&v);
     emu_leave();
     return status;
 }
@@ -494,7 +488,7 @@ static NRT_STATUS tensor_batch(const char *api, const nrt_tensor_batch_t *batche
     uint64_t taken = 0;
     for (; status == NRT_SUCCESS && taken < num_batches; taken++) {
         const nrt_tensor_batch_t *b = &batches[taken];
-        status = view_take(api, "batch tensor", b->tensor, &views[taken]);
+        status = emu_view_take(api, "batch tensor", b->tensor, &views[taken]);
         if (status == NRT_SUCCESS && b->num_ops != 0 && b->ops == NULL) {
             EMU_ERR(api, "batch %llu: ops is NULL", (unsigned long long)taken);
             status = NRT_INVALID;
@@ -504,8 +498,8 @@ static NRT_STATUS tensor_batch(const char *api, const nrt_tensor_batch_t *batche
                 EMU_ERR(api, "batch %llu op %u: buffer is NULL", (unsigned long long)taken, i);
                 status = NRT_INVALID;
             } else {
-                status = view_check_range(api, "batch tensor", &views[taken], b->ops[i].offset,
-                                          b->ops[i].size);
+                status = emu_view_check_range(api, "batch tensor", &views[taken], b->ops[i].offset,
+                                              b->ops[i].size);
             }
         }
     }
@@ -520,14 +514,14 @@ static NRT_STATUS tensor_batch(const char *api, const nrt_tensor_batch_t *batche
             }
             uint64_t deadline = view_dma_begin(&views[n], op->size);
             if (write)
-                memcpy(view_bytes(&views[n], op->offset), op->buffer, op->size);
+                memcpy(emu_view_bytes(&views[n], op->offset), op->buffer, op->size);
             else
-                memcpy(op->buffer, view_bytes(&views[n], op->offset), op->size);
+                memcpy(op->buffer, emu_view_bytes(&views[n], op->offset), op->size);
             emu_dma_end(deadline);
         }
     }
     for (uint64_t n = 0; n < taken; n++)
-        view_put(&views[n]);
+        emu_view_put(&views[n]);
     free(views);
     emu_leave();
     return status;
@@ -559,14 +553,14 @@ NRT_EMU_EXPORT NRT_STATUS nrt_tensor_copy(const nrt_tensor_t *src, size_t src_of
     }
     emu_view_t s = { 0 }, d = { 0 };
     pthread_mutex_lock(&reg_lock);
-    status = view_take_locked(api, "src", src, &s);
+    status = emu_view_take_locked(api, "src", src, &s);
     if (status == NRT_SUCCESS)
-        status = view_take_locked(api, "dst", dst, &d);
+        status = emu_view_take_locked(api, "dst", dst, &d);
     pthread_mutex_unlock(&reg_lock);
     if (status == NRT_SUCCESS)
-        status = view_check_range(api, "src", &s, src_offset, size);
+        status = emu_view_check_range(api, "src", &s, src_offset, size);
     if (status == NRT_SUCCESS)
-        status = view_check_range(api, "dst", &d, dst_offset, size);
+        status = emu_view_check_range(api, "dst", &d, dst_offset, size);
     if (status == NRT_SUCCESS && view_placement(&s) == NRT_TENSOR_PLACEMENT_DEVICE &&
         view_placement(&d) == NRT_TENSOR_PLACEMENT_DEVICE && s.st->vnc != d.st->vnc) {
         EMU_ERR(api,
@@ -584,11 +578,11 @@ NRT_EMU_EXPORT NRT_STATUS nrt_tensor_copy(const nrt_tensor_t *src, size_t src_of
         uint64_t deadline = view_dma_begin(&s, size);
         if (deadline == 0)
             deadline = view_dma_begin(&d, size);
-        memmove(view_bytes(&d, dst_offset), view_bytes(&s, src_offset), size);
+        memmove(emu_view_bytes(&d, dst_offset), emu_view_bytes(&s, src_offset), size);
         emu_dma_end(deadline);
     }
-    view_put(&s);
-    view_put(&d);
+    emu_view_put(&s);
+    emu_view_put(&d);
     emu_leave();
     return status;
 }
@@ -599,8 +593,8 @@ NRT_EMU_EXPORT size_t nrt_tensor_get_size(const nrt_tensor_t *tensor)
     if (emu_enter(api) != NRT_SUCCESS)
         return 0;
     emu_view_t v = { 0 };
-    size_t size = view_take(api, "tensor", tensor, &v) == NRT_SUCCESS ? v.size : 0;
-    view_put(&v);
+    size_t size = emu_view_take(api, "tensor", tensor, &v) == NRT_SUCCESS ? v.size : 0;
+    emu_view_put(&v);
     emu_leave();
     return size;
 }
@@ -613,9 +607,9 @@ NRT_EMU_EXPORT NRT_STATUS nrt_tensor_memset(nrt_tensor_t *tensor, uint64_t offse
     if (status != NRT_SUCCESS)
         return status;
     emu_view_t v = { 0 };
-    status = view_take(api, "tensor", tensor, &v);
+    status = emu_view_take(api, "tensor", tensor, &v);
     if (status == NRT_SUCCESS)
-        status = view_check_range(api, "tensor", &v, offset, size);
+        status = emu_view_check_range(api, "tensor", &v, offset, size);
     if (status == NRT_SUCCESS) {
         status = emu_fault_hit(EMU_FAULT_MEMSET);
         if (status != NRT_SUCCESS)
@@ -623,10 +617,10 @@ NRT_EMU_EXPORT NRT_STATUS nrt_tensor_memset(nrt_tensor_t *tensor, uint64_t offse
     }
     if (status == NRT_SUCCESS) {
         uint64_t deadline = view_dma_begin(&v, size);
-        memset(view_bytes(&v, offset), value, size);
+        memset(emu_view_bytes(&v, offset), value, size);
         emu_dma_end(deadline);
     }
-    view_put(&v);
+    emu_view_put(&v);
     emu_leave();
     return status;
 }
@@ -707,19 +701,19 @@ NRT_EMU_EXPORT NRT_STATUS nrt_tensor_allocate_slice(const nrt_tensor_t *tensor_s
         return NRT_INVALID;
     }
     emu_view_t v = { 0 };
-    status = view_take(api, "tensor_source", tensor_source, &v);
+    status = emu_view_take(api, "tensor_source", tensor_source, &v);
     if (status == NRT_SUCCESS && size == 0) {
         EMU_ERR(api, "size is 0");
         status = NRT_INVALID;
     }
     if (status == NRT_SUCCESS)
-        status = view_check_range(api, "tensor_source", &v, offset, size);
+        status = emu_view_check_range(api, "tensor_source", &v, offset, size);
     if (status == NRT_SUCCESS) {
         /* The view's reference becomes the slice's. */
         status = tensor_publish(api, v.st, v.offset + offset, size, name, tensor_slice);
         v.st = NULL;
     }
-    view_put(&v);
+    emu_view_put(&v);
     emu_leave();
     return status;
 }
@@ -731,13 +725,13 @@ NRT_EMU_EXPORT void *nrt_tensor_get_va(const nrt_tensor_t *tensor)
         return NULL;
     emu_view_t v = { 0 };
     void *va = NULL;
-    if (view_take(api, "tensor", tensor, &v) == NRT_SUCCESS) {
+    if (emu_view_take(api, "tensor", tensor, &v) == NRT_SUCCESS) {
         if (v.st != NULL)
             va = v.st->va + v.offset;
         else
             EMU_ERR(api, "the tensor has no storage");
     }
-    view_put(&v);
+    emu_view_put(&v);
     emu_leave();
     return va;
 }
@@ -755,7 +749,7 @@ NRT_EMU_EXPORT NRT_STATUS nrt_tensor_get_device_allocation_info(
         return NRT_INVALID;
     }
     emu_view_t v = { 0 };
-    status = view_take(api, "tensor", tensor, &v);
+    status = emu_view_take(api, "tensor", tensor, &v);
     if (status == NRT_SUCCESS && view_placement(&v) != NRT_TENSOR_PLACEMENT_DEVICE) {
         EMU_ERR(api, "the tensor is not in device memory");
         status = NRT_INVALID;
@@ -768,7 +762,7 @@ NRT_EMU_EXPORT NRT_STATUS nrt_tensor_get_device_allocation_info(
         alloc_info->hbm_index =
             emu_platform_hbm_index(&emu_rt.platform, emu_rt.first_vnc + (uint32_t)v.st->vnc);
     }
-    view_put(&v);
+    emu_view_put(&v);
     emu_leave();
     return status;
 }

@@ -324,6 +324,58 @@ nrt_tensor_get_device_allocation_info_fn(const nrt_tensor_t *tensor,
 typedef NRT_STATUS nrt_get_vnc_memory_stats_fn(uint32_t vnc, nrt_vnc_memory_stats_t *stats,
                                                size_t stats_size_in, size_t *stats_size_out);
 
+/* ---- Tensor sets, models (nrt.h, nrt_experimental.h) ---- */
+
+/* Tensor names in a NEFF (and in nrt_tensor_info_t). */
+#define NRT_TENSOR_NAME_MAX 256
+
+typedef enum nrt_tensor_usage {
+    NRT_TENSOR_USAGE_INPUT = 0,
+    NRT_TENSOR_USAGE_OUTPUT,
+} nrt_tensor_usage_t;
+
+/* One input or output of a loaded model: 296 bytes on LP64 (size at 264, dtype at 272, shape at
+ * 280, ndim at 288). */
+typedef struct nrt_tensor_info {
+    char name[NRT_TENSOR_NAME_MAX];
+    nrt_tensor_usage_t usage;
+    size_t size; /* bytes */
+    nrt_dtype_t dtype;
+    uint32_t *shape;
+    uint32_t ndim;
+} nrt_tensor_info_t;
+
+typedef struct nrt_tensor_info_array {
+    uint64_t tensor_count;
+    nrt_tensor_info_t tensor_array[];
+} nrt_tensor_info_array_t;
+
+/* An empty set of named tensors (the inputs or outputs of an execution). */
+typedef NRT_STATUS nrt_allocate_tensor_set_fn(nrt_tensor_set_t **result);
+
+/* Frees the set (not its tensors) and sets *tensor_set to NULL. */
+typedef void nrt_destroy_tensor_set_fn(nrt_tensor_set_t **tensor_set);
+
+/* Adds a tensor under a name, replacing one of the same name. */
+typedef NRT_STATUS nrt_add_tensor_to_tensor_set_fn(nrt_tensor_set_t *tensor_set,
+                                                   const char *tensor_name, nrt_tensor_t *tensor);
+
+/* Loads a NEFF on core vnc (-1: any; vnc_count is deprecated, pass -1). */
+typedef NRT_STATUS nrt_load_fn(const void *neff_bytes, size_t size, int32_t vnc, int32_t vnc_count,
+                               nrt_model_t **model);
+
+/* Unloads a model; no execution may be in progress. */
+typedef NRT_STATUS nrt_unload_fn(nrt_model_t *model);
+
+/* Runs a model: blocks until the outputs are written. */
+typedef NRT_STATUS nrt_execute_fn(nrt_model_t *model, const nrt_tensor_set_t *input_set,
+                                  nrt_tensor_set_t *output_set);
+
+/* The model's inputs and outputs; free with nrt_free_model_tensor_info. */
+typedef NRT_STATUS nrt_get_model_tensor_info_fn(nrt_model_t *model,
+                                                nrt_tensor_info_array_t **tensor_info);
+typedef NRT_STATUS nrt_free_model_tensor_info_fn(nrt_tensor_info_array_t *tensor_info);
+
 /* ---- The functions themselves, for the code that defines them ----
  * Each is declared with its type above, so a definition whose signature drifts from the ABI is a
  * compile error (conflicting types). Only a libnrt implementation (the emulator) defines
@@ -354,6 +406,14 @@ nrt_tensor_allocate_slice_fn nrt_tensor_allocate_slice;
 nrt_tensor_get_va_fn nrt_tensor_get_va;
 nrt_tensor_get_device_allocation_info_fn nrt_tensor_get_device_allocation_info;
 nrt_get_vnc_memory_stats_fn nrt_get_vnc_memory_stats;
+nrt_allocate_tensor_set_fn nrt_allocate_tensor_set;
+nrt_destroy_tensor_set_fn nrt_destroy_tensor_set;
+nrt_add_tensor_to_tensor_set_fn nrt_add_tensor_to_tensor_set;
+nrt_load_fn nrt_load;
+nrt_unload_fn nrt_unload;
+nrt_execute_fn nrt_execute;
+nrt_get_model_tensor_info_fn nrt_get_model_tensor_info;
+nrt_free_model_tensor_info_fn nrt_free_model_tensor_info;
 #endif
 
 #ifdef __cplusplus

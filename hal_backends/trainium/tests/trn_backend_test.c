@@ -94,8 +94,9 @@ CTEST(TrnBackend, Properties)
         CTEST_EXPECT(strcmp(p.vendor, "AWS") == 0);
         CTEST_EXPECT(p.host_addressable == 0);
         CTEST_EXPECT(p.total_memory == (UINT64_C(16) << 30)); /* 32 GiB per chip, 2 cores */
-        CTEST_EXPECT(p.capabilities == (HAL_DEVICE_CAP_TIMING_EVENTS |
-                                        HAL_DEVICE_CAP_HOST_CALLBACKS | HAL_DEVICE_CAP_PEER_COPY));
+        CTEST_EXPECT(p.capabilities ==
+                     (HAL_DEVICE_CAP_TIMING_EVENTS | HAL_DEVICE_CAP_HOST_CALLBACKS |
+                      HAL_DEVICE_CAP_PEER_COPY | HAL_DEVICE_CAP_PROGRAMS));
         CTEST_EXPECT(p.stream_priority_least == 0 && p.stream_priority_greatest == -2);
         CTEST_EXPECT(p.alignment == 4096);
         hal_mem_stats_t stats = HAL_MEM_STATS_INIT;

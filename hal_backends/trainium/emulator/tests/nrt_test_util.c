@@ -105,6 +105,14 @@ bool nrt_test_open(nrt_api_t *api)
     RESOLVE(tensor_get_va, "nrt_tensor_get_va");
     RESOLVE(tensor_get_device_allocation_info, "nrt_tensor_get_device_allocation_info");
     RESOLVE(get_vnc_memory_stats, "nrt_get_vnc_memory_stats");
+    RESOLVE(allocate_tensor_set, "nrt_allocate_tensor_set");
+    RESOLVE(destroy_tensor_set, "nrt_destroy_tensor_set");
+    RESOLVE(add_tensor_to_tensor_set, "nrt_add_tensor_to_tensor_set");
+    RESOLVE(load, "nrt_load");
+    RESOLVE(unload, "nrt_unload");
+    RESOLVE(execute, "nrt_execute");
+    RESOLVE(get_model_tensor_info, "nrt_get_model_tensor_info");
+    RESOLVE(free_model_tensor_info, "nrt_free_model_tensor_info");
     void *sym = dlsym(api->handle, "nrt_emu_set_fault");
     memcpy(&api->emu_set_fault, &sym, sizeof(sym));
     sym = dlsym(api->handle, "nrt_emu_get_dma_stats");

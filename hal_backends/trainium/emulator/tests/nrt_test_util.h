@@ -42,6 +42,14 @@ typedef struct nrt_api {
     nrt_tensor_get_va_fn *tensor_get_va;
     nrt_tensor_get_device_allocation_info_fn *tensor_get_device_allocation_info;
     nrt_get_vnc_memory_stats_fn *get_vnc_memory_stats;
+    nrt_allocate_tensor_set_fn *allocate_tensor_set;
+    nrt_destroy_tensor_set_fn *destroy_tensor_set;
+    nrt_add_tensor_to_tensor_set_fn *add_tensor_to_tensor_set;
+    nrt_load_fn *load;
+    nrt_unload_fn *unload;
+    nrt_execute_fn *execute;
+    nrt_get_model_tensor_info_fn *get_model_tensor_info;
+    nrt_free_model_tensor_info_fn *free_model_tensor_info;
     nrt_emu_set_fault_fn *emu_set_fault; /* emulator extensions; NULL on the real runtime */
     nrt_emu_get_dma_stats_fn *emu_get_dma_stats;
 } nrt_api_t;
