@@ -14,6 +14,7 @@
 
 #include "aten/Common.h"
 #include "distributed/Bindings.h"
+#include "python/Programs.h"
 #include "runtime/Register.h"
 #include "runtime/Runtime.h"
 
@@ -51,6 +52,7 @@ py::dict devicePropertiesDict(c10::DeviceIndex index)
     d["stream_priority_least"] = p.stream_priority_least;
     d["stream_priority_greatest"] = p.stream_priority_greatest;
     d["alignment"] = p.alignment;
+    d["program_formats"] = p.program_formats;
     return d;
 }
 
@@ -187,6 +189,7 @@ PYBIND11_MODULE(_C, m)
           "copied, bytes staged in and out.");
     m.def("_reset_fallback_stats", &resetFallbackStats);
     m.def("_last_error_message", [] { return std::string(hal_last_error_message()); });
+    initProgramBindings(m);
     m.def(
         "_init_distributed",
         [] {
