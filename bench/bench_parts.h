@@ -15,6 +15,10 @@ typedef int (*bench_part_fn)(const bench_options_t *opts, const char *const *bac
 int bench_mem_run(const bench_options_t *opts, const char *const *backends, int nbackends,
                   bench_targets_t *targets);
 
+/* "launch": kernel launch cost through the program API (bench_launch.c). */
+int bench_launch_run(const bench_options_t *opts, const char *const *backends, int nbackends,
+                     bench_targets_t *targets);
+
 /* "coll": collectives among rank processes vs Open MPI and Gloo (bench_coll*.c). */
 int bench_coll_run(const bench_options_t *opts, const char *const *backends, int nbackends,
                    bench_targets_t *targets);

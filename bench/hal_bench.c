@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* hal-bench: benchmarks of the HAL with their targets.
  *
- *   hal_bench [--part=mem|coll|all] [--backend=cpu[,other...]] [--quick] [--no-peers]
+ *   hal_bench [--part=mem|launch|coll|all] [--backend=cpu[,other...]] [--quick] [--no-peers]
  *             [--peer-dir=DIR] [--ranks=2,4] [--help]
  *
  * Every figure is measured in the same run as the baseline it is compared with. The output ends
@@ -29,6 +29,8 @@ typedef struct part {
 static const part_t parts[] = {
     { "mem", bench_mem_run,
       "HAL dispatch overhead, stream latency, copy bandwidth, caching allocator", false },
+    { "launch", bench_launch_run, "kernel launch: enqueue cost and round trip of an empty kernel",
+      false },
     { "coll", bench_coll_run,
       "collectives among rank processes, nccl-tests style, vs Open MPI and Gloo", false },
 #if HAL_BENCH_WITH_CUDA
@@ -46,7 +48,7 @@ static void usage(FILE *f)
                "\n"
                "  --part=NAME      which benchmarks to run (default: all):\n");
     for (int i = 0; i < PART_COUNT; i++)
-        fprintf(f, "                     %-5s %s\n", parts[i].name, parts[i].what);
+        fprintf(f, "                     %-6s %s\n", parts[i].name, parts[i].what);
     fprintf(f, "  --backend=LIST   comma-separated backend names (default: cpu); each is opened\n"
                "                   with hal_backend_open (HAL_BACKEND_PATH is searched first)\n"
                "  --quick          short smoke run (a few seconds); figures are indicative only\n"
