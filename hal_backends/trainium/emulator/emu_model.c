@@ -424,7 +424,7 @@ NRT_EMU_EXPORT NRT_STATUS nrt_execute(nrt_model_t *model, const nrt_tensor_set_t
     }
     for (uint32_t k = 0; status == NRT_SUCCESS && k < model->nops; k++) {
         const model_op_t *op = &model->ops[k];
-        size_t n = model->tensors[op->t[0]].size;
+        size_t n = op->kind == OP_FAIL ? 0 : model->tensors[op->t[0]].size;
         if (op->kind == OP_FAIL) {
             EMU_ERR(api, "op %u of the program fails with status %d, as the program asks", k,
                     (int)op->status);
