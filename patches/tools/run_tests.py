@@ -72,7 +72,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workdir", type=Path, help="where the torch copies go (default: a temp dir)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
-    ap.add_argument("-j", "--jobs", type=int, default=max(1, min(4, (os.cpu_count() or 2) // 2)))
+    # One pytest process per CPU: each is a single-threaded import-and-test run of its own.
+    ap.add_argument("-j", "--jobs", type=int, default=max(1, min(4, os.cpu_count() or 1)),
+                    help="pytest runs at once (default: one per CPU, at most 4)")
     ap.add_argument("--timeout", type=int, default=600, help="seconds per pytest run")
     ap.add_argument("--patch", action="append", help="only these patch numbers (NNNN)")
     ap.add_argument("--markdown", action="store_true", help="print the table as Markdown")
