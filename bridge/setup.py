@@ -30,6 +30,10 @@ from torch.utils.cpp_extension import BuildExtension, CppExtension, include_path
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 PACKAGE_LIB = os.path.join(HERE, "torch_hal", "lib")
+# The public HAL headers, shipped for kernels built against an installed torch_hal (the
+# entry points torch.compile generates, custom kernels: torch_hal.programs.include_dir()).
+HAL_HEADERS = os.path.join(REPO, "hal", "include", "hal")
+PACKAGE_INCLUDE = os.path.join(HERE, "torch_hal", "include")
 
 # Bazel target -> file name in torch_hal/lib. libhal.so.1 is required; the others are optional.
 BAZEL_TARGETS = [
@@ -105,13 +109,21 @@ def _install_libs(built, destination):
         os.chmod(target, 0o755)
 
 
+def _install_headers(destination):
+    target = os.path.join(destination, "hal")
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(HAL_HEADERS, target)
+
+
 class BuildWithHal(BuildExtension):
     def run(self):
         prebuilt = os.environ.get("TORCH_HAL_PREBUILT_LIBS")
         built = _prebuilt(prebuilt) if prebuilt else _bazel_build()
         _install_libs(built, PACKAGE_LIB)  # the extension links against this copy
+        _install_headers(PACKAGE_INCLUDE)
         if not self.inplace:  # build_py ran already: put the libraries into the wheel too
             _install_libs(built, os.path.join(self.build_lib, "torch_hal", "lib"))
+            _install_headers(os.path.join(self.build_lib, "torch_hal", "include"))
         super().run()
 
 

@@ -117,3 +117,41 @@ def test_custom_operator_matches_cpu_with_gradients(device, example):
     torch.testing.assert_close(xd.grad.cpu(), x.grad)
     torch.testing.assert_close(yd.grad.cpu(), y.grad)
     torch.library.opcheck(example.scaled_add, (xd.detach(), yd.detach(), 0.75))
+
+
+def test_programs_with_the_same_kernel_names_stay_apart(device, tmp_path):
+    """Each program runs its own code, also when its kernel and helper names are another's
+    (the images torch.compile generates all name their entry point alike)."""
+    if "host_elf" not in programs.formats(device):
+        return
+    import subprocess
+
+    include = os.path.join(os.path.dirname(programs.__file__), "include")
+    images = []
+    for value in (1.0, 2.0, 3.0):
+        src = tmp_path / f"fill{int(value)}.c"
+        src.write_text(
+            '#include "hal/hal_program.h"\n'
+            f"void helper(float *out) {{ *out = {value}f; }}\n"
+            '__attribute__((visibility("default"))) const char hal_signature_fill[] = "p";\n'
+            '__attribute__((visibility("default"))) hal_status_t fill('
+            "const hal_host_kernel_ctx_t *ctx, void *const *args)\n"
+            "{ (void)ctx; helper(*(float *const *)args[0]); return HAL_OK; }\n")
+        so = tmp_path / f"fill{int(value)}.so"
+        subprocess.run(["cc", "-shared", "-fPIC", "-O1", f"-I{include}", str(src), "-o",
+                        str(so)], check=True)
+        images.append(so.read_bytes())
+    out = torch.zeros(1, device=device)
+    first = programs.Program(images[0], device=device)
+    second = programs.Program(images[1], device=device)
+    for prog, expected in ((first, 1.0), (second, 2.0), (first, 1.0)):
+        prog.kernel("fill")(out)
+        assert out.item() == expected
+    first.close()  # a program loaded after another was destroyed is still its own
+    third = programs.Program(images[2], device=device)
+    third.kernel("fill")(out)
+    assert out.item() == 3.0
+    second.kernel("fill")(out)
+    assert out.item() == 2.0
+    second.close()
+    third.close()

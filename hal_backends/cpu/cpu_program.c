@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* cpu backend: programs (host shared objects) and kernel launches. An image is written to an
- * anonymous memfd and loaded from /proc/self/fd, so it never lands in a directory another user
- * could write; its kernels follow the host calling convention of hal_program.h. A launch is a
- * work task on the stream: the worker that reaches it runs its blocks with the device's block
- * pool (cpu_blocks.c). A program stays loaded until it is destroyed and the last launch that
- * uses it has run. */
+ * anonymous memfd and loaded from /proc/self/fd (the fd open while it is loaded), so it never lands
+ * in a directory another user could write; its kernels follow the host calling convention of
+ * hal_program.h. A launch is a work task on the stream: the worker that reaches it runs its blocks
+ * with the device's block pool (cpu_blocks.c). A program stays loaded until it is destroyed and the
+ * last launch that uses it has run. */
 #include <dlfcn.h>
 #include <elf.h>
 #include <errno.h>
@@ -35,6 +35,10 @@ typedef struct cpu_kernel {
 typedef struct cpu_program {
     cpu_device_t *device;
     void *dl;
+    /* The image's memfd, open while the library is loaded: the dynamic loader knows a library
+     * by its path, so two programs loaded at once must not both be /proc/self/fd/N. */
+    int fd;
+    char path[64];
     _Atomic uint32_t refs; /* the owner's, and one per launch not yet run */
     cpu_kernel_t *kernels; /* written by program_get_kernel, which the core serialises */
 } cpu_program_t;
@@ -44,6 +48,13 @@ static void program_release(cpu_program_t *p)
     if (atomic_fetch_sub(&p->refs, 1) != 1)
         return;
     dlclose(p->dl);
+    /* A library the loader keeps (one marked NODELETE, e.g. by C++ unique symbols) keeps its
+     * path too: its fd stays open, so no later program gets that path and this library. */
+    void *still = dlopen(p->path, RTLD_NOW | RTLD_NOLOAD);
+    if (still)
+        dlclose(still);
+    else
+        close(p->fd);
     for (cpu_kernel_t *k = p->kernels, *next; k; k = next) {
         next = k->next;
         free(k);
@@ -116,17 +127,17 @@ hal_status_t cpu_program_create(void *device_, hal_program_format_t format, cons
         }
         written += (size_t)n;
     }
-    char path[64];
-    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+    snprintf(p->path, sizeof(p->path), "/proc/self/fd/%d", fd);
     dlerror();
-    p->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    close(fd); /* the mapping keeps the file */
+    p->dl = dlopen(p->path, RTLD_NOW | RTLD_LOCAL);
     if (!p->dl) {
         const char *why = dlerror();
         cpu_set_error(backend, "dlopen of the program image failed: %s", why ? why : "?");
+        close(fd);
         free(p);
         return HAL_ERROR_INVALID_ARGUMENT;
     }
+    p->fd = fd;
     p->device = device;
     atomic_init(&p->refs, 1);
     *out = p;
