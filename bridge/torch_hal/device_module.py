@@ -6,6 +6,8 @@ code (torch.accelerator, serialization, autocast, torch.manual_seed, fork_rng) f
 needs here.
 """
 
+import warnings
+
 import torch
 
 from . import _C
@@ -242,3 +244,27 @@ def get_amp_supported_dtype():
 def is_bf16_supported(including_emulation=True):
     """bfloat16 tensors work on every torch_hal device (kernels run through PyTorch's CPU ones)."""
     return True
+
+
+# What Inductor asks a PrivateUse1 device module for (torch._inductor.codegen.common,
+# init_backend_registration), answered lazily so that import torch does not load Inductor.
+_INDUCTOR_HOOKS = ("Scheduling", "PythonWrapperCodegen", "CppWrapperCodegen", "WrapperFxCodegen")
+_inductor_warned = False
+
+
+def __getattr__(name):
+    global _inductor_warned
+    if name in _INDUCTOR_HOOKS:
+        from . import compiler
+
+        try:
+            classes = compiler.register()
+        except Exception as exc:  # Inductor swallows the error it gets here: say it once
+            if not _inductor_warned:
+                _inductor_warned = True
+                warnings.warn(f"torch_hal: torch.compile cannot generate code for the device: "
+                              f"{exc}", RuntimeWarning, stacklevel=2)
+            classes = None
+        if classes is not None:
+            return classes[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
