@@ -17,6 +17,12 @@ GradScaler, clipping, AdamW):
           and out) give the volume, and a copy-bandwidth calibration with device timing events
           (torch.neuron.Event) gives the time those bytes alone would take.
 
+torch.compile: the cpu backend's step once more with the model compiled (torch.compile(model),
+no backend argument: Inductor's C++ kernels launched through the HAL program API on the device,
+and Inductor on plain CPU tensors), so four variants are compared in one run: plain CPU eager,
+plain CPU compiled, hal eager, hal compiled. Targets: hal compiled <= 1.05x plain CPU compiled,
+and hal compiled faster than plain CPU eager (--skip-compile leaves them out).
+
 Each backend runs in its own subprocess (a process opens one HAL backend). Inside it the
 device step and the CPU step alternate, so that load on the machine affects both alike; the
 first --warmup steps are dropped and medians are reported.
@@ -83,6 +89,8 @@ def worker(device_type, args):
     for name, device in (("cpu", torch.device("cpu")), (device_type, torch.device(device_type, 0))):
         torch.manual_seed(0)
         model, opt, sched, scaler, _, loader = lm.build(train_args, device, 0, 1)
+        if args.compile:
+            model = torch.compile(model)
         runs[name] = dict(device=device, model=model, opt=opt, sched=sched, scaler=scaler,
                           data=iter(loader), times=[])
     total = args.warmup + args.steps
@@ -106,6 +114,7 @@ def worker(device_type, args):
     stats = torch_hal._C._fallback_stats()
     result = {
         "device_type": device_type,
+        "compiled": bool(args.compile),
         "backend": torch_hal.backend_name(),
         "host_addressable": bool(torch.get_device_module(device_type)
                                  .get_device_properties(0).host_addressable),
@@ -123,13 +132,13 @@ def worker(device_type, args):
 
 # ---- Driver ---------------------------------------------------------------------------------------
 
-def run_worker(backend, device_type, args):
+def run_worker(backend, device_type, args, compile=False):
     env = dict(os.environ, TORCH_HAL_BACKEND=backend, OMP_NUM_THREADS="1")
     if backend == "trainium":
         env.setdefault("NEURON_RT_NUM_CORES", "1")  # take one NeuronCore, not all of them
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", device_type,
            "--steps", str(args.steps), "--warmup", str(args.warmup),
-           "--batch-size", str(args.batch_size)]
+           "--batch-size", str(args.batch_size)] + (["--compile"] if compile else [])
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         sys.stderr.write(proc.stdout + proc.stderr)
@@ -148,6 +157,10 @@ def main(argv=None):
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--target", type=float, default=1.10, help="hal/cpu step-time target")
     p.add_argument("--skip-neuron", action="store_true", help="only the cpu backend")
+    p.add_argument("--skip-compile", action="store_true", help="no torch.compile variants")
+    p.add_argument("--compile-target", type=float, default=1.05,
+                   help="hal compiled / cpu compiled step-time target")
+    p.add_argument("--compile", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--json", help="write the results here")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -200,6 +213,26 @@ def main(argv=None):
               f"{1 / max(cal['h2d_s_per_byte'], 1e-15) / 1e9:.1f} GB/s host->device, "
               f"{1 / max(cal['d2h_s_per_byte'], 1e-15) / 1e9:.1f} GB/s device->host, "
               f"{cal['latency_s'] * 1e6:.0f} us per copy")
+    if not args.skip_compile:
+        compiled = run_worker("cpu", "hal", args, compile=True)
+        results["hal_compiled"] = compiled
+        cpu_eager, hal_eager = hal["cpu_median_s"], hal["device_median_s"]
+        cpu_comp, hal_comp = compiled["cpu_median_s"], compiled["device_median_s"]
+        print()
+        print("torch.compile (the cpu backend; eager and compiled in separate processes):")
+        print(f"{'variant':28s} {'step ms':>8s} {'vs cpu eager':>13s} {'vs cpu compiled':>16s}")
+        for name, t in (("cpu eager", cpu_eager), ("cpu compiled", cpu_comp),
+                        ("hal eager", hal_eager), ("hal compiled", hal_comp)):
+            print(f"{name:28s} {ms(t)} {t / cpu_eager:12.2f}x {t / cpu_comp:15.2f}x")
+        ratio = hal_comp / cpu_comp
+        verdict = "met" if ratio <= args.compile_target else "NOT met"
+        print(f"hal compiled / cpu compiled: {ratio:.3f}x (target <= {args.compile_target:.2f}x: "
+              f"{verdict})")
+        faster = hal_comp / cpu_eager
+        print(f"hal compiled / cpu eager: {faster:.3f}x (target < 1: "
+              f"{'met' if faster < 1 else 'NOT met'})")
+        results["compile_ratios"] = {"hal_compiled_vs_cpu_compiled": ratio,
+                                     "hal_compiled_vs_cpu_eager": faster}
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:

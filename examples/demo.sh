@@ -11,6 +11,11 @@
 #                 (drawn with matplotlib, which make demo installs)
 #   DEMO_DEVICE   the device run's device (default neuron; "hal" runs the cpu backend instead)
 #   DEMO_RTOL     accepted relative loss difference (default 1e-6)
+#   DEMO_COMPILE  1 (default): also train with torch.compile, 1 process, on the cpu backend's
+#                 "hal" device and on the CPU, and compare those losses; 0 leaves it out
+#   DEMO_COMPILE_RTOL  accepted relative difference of the compiled runs (default 1e-3: torch
+#                 2.13.0's Inductor lowers a few operators differently for a device that is
+#                 not "cpu", see bridge/README.md "torch.compile")
 #
 # The Trainium backend loads the Neuron runtime from HAL_NEURON_LIBNRT, /opt/aws/neuron/lib or
 # the loader path; on a machine without one it takes the emulator bundled next to it
@@ -31,6 +36,8 @@ steps="${DEMO_STEPS:-40}"
 out="${DEMO_OUT:-out/demo}"
 device="${DEMO_DEVICE:-neuron}"
 rtol="${DEMO_RTOL:-1e-6}"
+compile="${DEMO_COMPILE:-1}"
+compile_rtol="${DEMO_COMPILE_RTOL:-1e-3}"
 python="${PYTHON:-python3}"
 mkdir -p "$out"
 
@@ -58,25 +65,49 @@ fi
 
 start=$SECONDS
 echo
-echo "== 1/3: $device, 2 ranks (DDP, torchrun), $steps steps"
+parts=3
+[ "$compile" = 1 ] && parts=6
+echo "== 1/$parts: $device, 2 ranks (DDP, torchrun), $steps steps"
 TORCH_HAL_BACKEND="$backend" torchrun --standalone --nproc-per-node 2 \
     "$here/train_tiny_lm.py" --device "$device" "${common[@]}" --loss-log "$out/$device.json"
 
 echo
-echo "== 2/3: cpu, 2 ranks (DDP, torchrun), $steps steps"
+echo "== 2/$parts: cpu, 2 ranks (DDP, torchrun), $steps steps"
 env -u TORCH_HAL_BACKEND torchrun --standalone --nproc-per-node 2 \
     "$here/train_tiny_lm.py" --device cpu "${common[@]}" --loss-log "$out/cpu.json"
 
 echo
-echo "== 3/3: comparison (cpu vs $device)"
+echo "== 3/$parts: comparison (cpu vs $device)"
 rc=0
 "$python" "$here/compare_losses.py" "$out/cpu.json" "$out/$device.json" --rtol "$rtol" \
     --plot "$out/loss_curves.png" || rc=$?
+
+crc=0
+if [ "$compile" = 1 ]; then
+    echo
+    echo "== 4/$parts: hal (cpu backend), torch.compile, 1 process, $steps steps"
+    TORCH_HAL_BACKEND=cpu "$python" "$here/train_tiny_lm.py" --device hal --compile \
+        "${common[@]}" --loss-log "$out/hal_compiled.json"
+    echo
+    echo "== 5/$parts: cpu, torch.compile, 1 process, $steps steps"
+    env -u TORCH_HAL_BACKEND "$python" "$here/train_tiny_lm.py" --device cpu --compile \
+        "${common[@]}" --loss-log "$out/cpu_compiled.json"
+    echo
+    echo "== 6/$parts: comparison (cpu compiled vs hal compiled)"
+    "$python" "$here/compare_losses.py" "$out/cpu_compiled.json" "$out/hal_compiled.json" \
+        --rtol "$compile_rtol" --plot "$out/loss_curves_compiled.png" || crc=$?
+fi
 echo
-echo "demo: $((SECONDS - start)) s; logs and plot in $out/"
+echo "demo: $((SECONDS - start)) s; logs and plots in $out/"
 if [ "$rc" -eq 1 ]; then
     echo "demo: FAILED: the $device losses do not match the cpu losses (rtol $rtol)" >&2
 elif [ "$rc" -ne 0 ]; then
     echo "demo: FAILED: compare_losses.py could not compare the runs or write the plot" >&2
 fi
-exit "$rc"
+if [ "$crc" -eq 1 ]; then
+    echo "demo: FAILED: the compiled hal losses do not match the compiled cpu losses (rtol $compile_rtol)" >&2
+elif [ "$crc" -ne 0 ]; then
+    echo "demo: FAILED: compare_losses.py could not compare the compiled runs" >&2
+fi
+[ "$rc" -ne 0 ] && exit "$rc"
+exit "$crc"

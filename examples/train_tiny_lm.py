@@ -284,6 +284,7 @@ def set_rng_state(device, state):
 
 
 def unwrap(model):
+    model = getattr(model, "_orig_mod", model)  # torch.compile's wrapper
     return model.module if isinstance(model, DDP) else model
 
 
@@ -374,6 +375,8 @@ def train(args):
     # Each rank draws its own dropout masks (CPU and device generators alike).
     torch.manual_seed(args.seed + 1000 * rank)
     model, optimizer, scheduler, scaler, sampler, loader = build(args, device, rank, world_size)
+    if args.compile:
+        model = torch.compile(model)
 
     step, epoch, batch_in_epoch = 0, 0, 0
     if args.resume and args.checkpoint and os.path.exists(args.checkpoint):
@@ -384,6 +387,7 @@ def train(args):
             print(f"resumed from {args.checkpoint} at step {step}", flush=True)
 
     log = {"device": str(device), "device_type": device.type, "world_size": world_size,
+           "compiled": bool(args.compile),
            "seed": args.seed, "config": asdict(Config()), "batch_size_per_rank": args.batch_size,
            "torch": torch.__version__, "resumed_at": step if args.resume else None,
            "steps": []}
@@ -446,6 +450,8 @@ def parse_args(argv=None):
                    help="disable activation checkpointing")
     p.add_argument("--offload-activations", action="store_true",
                    help="keep saved activations in (pinned) CPU memory (save_on_cpu)")
+    p.add_argument("--compile", action="store_true",
+                   help="torch.compile the model (no backend argument: Inductor)")
     p.add_argument("--print-every", type=int, default=1)
     p.add_argument("--timeout", type=float, default=None,
                    help="process group timeout in seconds (default: torch's)")
