@@ -138,7 +138,8 @@ test-tsan: deps
 # that the installed package is what is tested. Each run is an emulated Trainium machine of its
 # own (bridge/tests/conftest.py sets NEURON_EMU_INSTANCE_ID), so runs beside it never take its
 # NeuronCores; a backend that cannot be opened fails the run, it is never skipped.
-BRIDGE_PYTEST := $(PYTHON) -m pytest -q -p no:cacheprovider $(CURDIR)/bridge/tests
+# Inductor compiles in the test process (no pool of compile workers beside two test runs).
+BRIDGE_PYTEST := TORCHINDUCTOR_COMPILE_THREADS=1 $(PYTHON) -m pytest -q -p no:cacheprovider $(CURDIR)/bridge/tests
 test-bridge: bridge
 	@mkdir -p $(TESTLOGS)/bridge-trainium; log=$(CURDIR)/$(TESTLOGS)/bridge-trainium/pytest.log; \
 	(cd /tmp && TORCH_HAL_BACKEND=trainium $(BRIDGE_PYTEST) \
@@ -246,7 +247,7 @@ FUZZ_RUNS ?= 10000000
 # Sized so that the slowest target still reaches FUZZ_RUNS on one core (see fuzz/README.md);
 # faster targets stop at FUZZ_RUNS.
 FUZZ_SECONDS ?= 1800
-FUZZ_SMOKE_SECONDS ?= 5
+FUZZ_SMOKE_SECONDS ?= 3
 FUZZ_PYTHON ?= python3
 # clang, libFuzzer's runtime, and lld (the fuzz build's linker, see .bazelrc).
 FUZZ_APT_PACKAGES := clang libclang-rt-14-dev lld

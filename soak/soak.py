@@ -435,12 +435,12 @@ def main():
     ap.add_argument("--ddp-every", type=int, default=4,
                     help="every Nth run is a training run (default 4)")
     ap.add_argument("--smoke", action="store_true",
-                    help="a short campaign for CI: 16 runs, 180 s, no run-count target")
+                    help="a short campaign for CI: 12 runs, 180 s, no run-count target")
     ap.add_argument("--out", default=os.path.join(REPO, "out", "soak"))
     ap.add_argument("--junit", help="write JUnit XML here")
     args = ap.parse_args()
     if args.smoke:
-        args.runs, args.budget = 16, 180
+        args.runs, args.budget = 12, 180
     if not os.access(CONFORMANCE, os.X_OK):
         sys.exit(f"soak: {CONFORMANCE} is missing: bazel build //conformance:hal_conformance "
                  "//hal_backends/cpu:libhal_backend_cpu.so (make soak does)")
