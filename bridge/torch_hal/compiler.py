@@ -10,7 +10,7 @@ and :func:`register` (called from there, so ``import torch`` does not load Induc
   ``torch_hal.programs.formats()``; the cpu backend): ``register_backend_for_device`` with
   Inductor's own C++ scheduling and Python wrapper, changed in two places only. Each C++ kernel
   Inductor generates is compiled exactly as for the CPU (same compiler flags, vector ISA and
-  OpenMP settings, so the numbers are the same bits) together with an entry point in the HAL's
+  OpenMP settings: the same kernel gives the same bits) together with an entry point in the HAL's
   host calling convention (``hal/include/hal/hal_program.h``), loaded with
   ``hal_program_create`` and launched with ``hal_kernel_launch`` on the device's current
   stream: the generated code never waits for the device. Buffers come from the device's
@@ -340,7 +340,7 @@ def _reason(device_type):
             "torch_hal generates host shared objects (host_elf) only")
 
 
-_registered = None  # device type -> the Inductor classes (None: the device generates none)
+_registered = None  # {"classes": the Inductor classes, or None: the device generates none}
 
 
 def register():
