@@ -28,6 +28,7 @@ Environment: ``TORCHINDUCTOR_*`` variables work as for the CPU (cache directory,
 """
 
 import dataclasses
+import os
 import warnings
 
 import torch
@@ -85,7 +86,6 @@ class _Image:
     """A compiled host shared object's bytes (what the code cache "loads")."""
 
     def __init__(self, path):
-        self.path = path
         with open(path, "rb") as f:
             self.data = f.read()
 
@@ -126,6 +126,8 @@ class HostKernel:
         self._handle = self.kernel._handle
 
     def __call__(self, *args):
+        # Kernel.__call__ without its checks: the program lives as long as this object, and
+        # the generated code passes tensors of the graph's device.
         _C._kernel_launch(self._handle, self.device_index, -1, (1,), (1,), 0, args)
 
 
@@ -135,8 +137,6 @@ def load_host_kernel(arg_types, source, device_index):
 
     Returns a :class:`HostKernel`. Raises RuntimeError (the compiler's output, or the HAL's
     message naming the backend and the call) when the source does not build or load."""
-    import os
-
     include = os.path.join(os.path.dirname(os.path.abspath(__file__)), "include")
     code = source + _entry_source(arg_types)
     image = _code_cache().load(code, device_type="cpu", extra_flags=(f"-I{include}",))
