@@ -226,6 +226,8 @@ def test_lint_detects_offsets_and_missing_headers(tmp_path, tree, series):
         text = p.path.read_text()
         if p is series[1]:
             text = text.replace("Upstream-Status: Pending\n", "")
+        if p is series[3]:
+            text = text.replace("From: torch-hal maintainers <", "From: Someone Else <", 1)
         (out / p.name).write_text(text)
     (out / "tests").mkdir()
     for t in (PATCHES / "tests").glob("test_0*.py"):
@@ -234,3 +236,4 @@ def test_lint_detects_offsets_and_missing_headers(tmp_path, tree, series):
     r = run("--series-dir", out, "lint", "--no-base", check=1)
     assert f"{series[1].name}: needs exactly one Upstream-Status" in r.stdout
     assert f"{series[2].name}: no test" in r.stdout
+    assert f"{series[3].name}: From: must be the project's line" in r.stdout

@@ -624,6 +624,10 @@ def cmd_export(args, refresh=False) -> int:
     return 0
 
 
+# The authorship line of every patch in the series.
+AUTHOR = "torch-hal maintainers"
+
+
 def lint_series(series_dir: Path, base_root: Path | None) -> list[str]:
     """Returns the list of problems (empty when the series is clean)."""
     problems: list[str] = []
@@ -640,6 +644,8 @@ def lint_series(series_dir: Path, base_root: Path | None) -> list[str]:
         for key in ("From", "Date", "Subject"):
             if not p.headers.get(key):
                 problems.append(f"{where}: missing {key}: header")
+        if p.headers.get("From") and not p.headers["From"].startswith(AUTHOR + " <"):
+            problems.append(f"{where}: From: must be the project's line, {AUTHOR!r} <address>")
         if not p.headers.get("Subject", "").startswith("[PATCH]"):
             problems.append(f"{where}: Subject must start with '[PATCH]'")
         if len(p.subject) > 75:
