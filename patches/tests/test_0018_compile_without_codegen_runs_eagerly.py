@@ -1,0 +1,46 @@
+"""0018: torch.compile on a device without an Inductor code generator runs the graph eagerly.
+
+The device is the torch_hal Trainium backend (its libnrt emulator), which loads no host code:
+torch_hal registers it with Dynamo but gives Inductor no Scheduling for it. It runs in a child
+process under the same interpreter, so it uses the same torch copy.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+CHILD = textwrap.dedent("""
+    import warnings
+    import torch
+    import torch_hal
+    assert torch_hal.device_type() == "neuron", torch_hal.device_type()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    model = model.to("neuron")
+    x = torch.randn(3, 4, device="neuron")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        compiled = torch.compile(model)
+        out = compiled(x)
+        out.sum().backward()
+        out2 = compiled(x * 2)
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    ref = model(x)
+    ref.sum().backward()
+    assert torch.equal(out.cpu(), ref.cpu())
+    assert torch.equal(out2.cpu(), model(x * 2).cpu())
+    assert all(torch.equal(g.cpu(), p.grad.cpu()) for g, p in zip(grads, model.parameters()))
+    mine = [str(w.message) for w in caught if "no code generator" in str(w.message)]
+    assert len(mine) == 1, mine
+    assert "'neuron'" in mine[0] and "eagerly" in mine[0], mine[0]
+    print("EAGER OK")
+""")
+
+
+def test_compile_on_device_without_codegen_warns_once_and_runs_eagerly():
+    env = dict(os.environ, TORCH_HAL_BACKEND="trainium")
+    r = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0 and "EAGER OK" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
