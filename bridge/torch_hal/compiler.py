@@ -391,25 +391,31 @@ def _make_cpp_wrapper_refusal(device_type):
 
 def _configure_inductor(device_type):
     """Settings torch 2.13.0's Inductor needs before it generates C++ for a device that is not
-    "cpu". Two pieces of its code take every such device for a GPU with a Triton backend:
+    "cpu", made only where the patch series (patches/) does not fix the code. Two pieces of it
+    take every such device for a GPU with a Triton backend:
 
     * utils.get_current_backend() answers config.cuda_backend ("triton") for any device other
       than cpu, mps, xpu and tpu, and the C++ kernels then miss the dtypes the "cpp" backend
-      tracks. On a torch built without CUDA config.cuda_backend serves no other device, so it
-      is set to "cpp"; on a CUDA build it is left alone and the device is not registered with
-      Inductor (RuntimeError, which torch_hal reports as a warning).
+      tracks (patch 0015 asks the device's Scheduling). Without the patch, on a torch built
+      without CUDA config.cuda_backend serves no other device, so it is set to "cpp"; on a
+      CUDA build it is left alone and the device is not registered with Inductor
+      (RuntimeError, which torch_hal reports as a warning).
     * the scheduler applies three loop transformations (reordering, reindexing, index
-      inversion) to every device that is not "cpu" and fails on C++ kernels' loop groups. They
-      never apply to CPU graphs; turned off they leave only GPU graphs without them.
+      inversion) to every device that is not "cpu" and fails on C++ kernels' loop groups
+      (patch 0016 skips them for C++ kernels on any device). Without the patch they are turned
+      off: they never apply to CPU graphs, and only GPU graphs lose them.
     """
-    from torch._inductor import config
+    from torch._inductor import config, scheduler, utils
 
-    if torch.backends.cuda.is_built():
-        raise RuntimeError(
-            f"torch {torch.__version__} is built with CUDA, and its Inductor picks Triton "
-            f"(config.cuda_backend) as the code generator of the {device_type} device: "
-            f"torch.compile on {device_type} needs a torch built without CUDA")
-    config.cuda_backend = "cpp"
-    config.loop_ordering_after_fusion = False
-    config.loop_reindexing_after_fusion = False
-    config.loop_index_inversion_in_fusion = False
+    if not hasattr(utils, "_registered_backend"):  # patch 0015
+        if torch.backends.cuda.is_built():
+            raise RuntimeError(
+                f"torch {torch.__version__} is built with CUDA, and its Inductor picks Triton "
+                f"(config.cuda_backend) as the code generator of the {device_type} device: "
+                f"torch.compile on {device_type} needs a torch built without CUDA, or the "
+                f"torch-hal patch series (patches/0015)")
+        config.cuda_backend = "cpp"
+    if not hasattr(scheduler.Scheduler, "_generates_cpp"):  # patch 0016
+        config.loop_ordering_after_fusion = False
+        config.loop_reindexing_after_fusion = False
+        config.loop_index_inversion_in_fusion = False
