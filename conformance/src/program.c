@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "cts.h"
 
@@ -461,5 +463,132 @@ int cts_program_left_at_close(cts_ctx_t *ctx)
     CTS_CHECK_OK(cts_backend_reopen(ctx));
     hal_kernel_t k = NULL;
     CTS_CHECK_STATUS(hal_program_get_kernel(p, "cts_add", &k), HAL_ERROR_INVALID_HANDLE);
+    return CTS_PASS;
+}
+
+#if defined(__SANITIZE_THREAD__)
+#define CTS_UNDER_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define CTS_UNDER_TSAN 1
+#endif
+#endif
+#ifndef CTS_UNDER_TSAN
+#define CTS_UNDER_TSAN 0
+#endif
+
+/* In a forked child (the backend's threads are gone there) the parent's programs and kernels
+ * are refused, not run or hung on, and a backend opened afresh in the child loads and runs the
+ * same kernels; the parent's program keeps working. Returns the child's exit status: 0 when
+ * every check held, else the number of the first that failed. */
+static int forked_child(const cts_ctx_t *ctx, hal_kernel_t parent_kernel, hal_stream_t parent,
+                        uint64_t *parent_buf, const void *image, size_t size)
+{
+    alarm(60); /* a hang is a failure, not a stuck suite */
+    enum { N = 64 };
+    hal_launch_config_t cfg = HAL_LAUNCH_CONFIG_INIT(1, 1, 1);
+    uint64_t dummy[N];
+    hal_kernel_arg_t args[3] = { HAL_KERNEL_ARG_PTR(parent_buf, sizeof(dummy)),
+                                 HAL_KERNEL_ARG_U64(N), HAL_KERNEL_ARG_U64(1) };
+    hal_status_t st = hal_kernel_launch(parent, parent_kernel, &cfg, args, 3);
+    if (st != HAL_ERROR_INVALID_HANDLE) {
+        fprintf(stderr, "forked child: launch of the parent's kernel: %s (%s)\n",
+                hal_status_string(st), hal_last_error_message());
+        return 1;
+    }
+    if (strstr(hal_last_error_message(), "fork") == NULL) {
+        fprintf(stderr, "forked child: the refusal does not name fork(): %s\n",
+                hal_last_error_message());
+        return 9;
+    }
+    hal_stream_t parent_default = NULL;
+    if (hal_device_get_default_stream(ctx->device, &parent_default) != HAL_ERROR_INVALID_HANDLE ||
+        hal_stream_synchronize(parent) != HAL_ERROR_INVALID_HANDLE ||
+        hal_kernel_get_info(parent_kernel, &(hal_kernel_info_t){ 0 }) != HAL_ERROR_INVALID_HANDLE)
+        return 10;
+#if CTS_UNDER_TSAN
+    /* TSan cannot follow threads started in a child forked from a process with threads ("dup
+     * thread with used id"): under it the child checks the refusals only. */
+    (void)image;
+    (void)size;
+    return 0;
+#endif
+    hal_backend_t backend = NULL;
+    hal_device_t device = NULL;
+    hal_program_t program = NULL;
+    hal_kernel_t add = NULL;
+    hal_stream_t stream = NULL;
+    uint64_t *buf = NULL;
+    if (hal_backend_open(ctx->backend_name, &backend) != HAL_OK)
+        return 2;
+    if (hal_device_get(backend, ctx->device_index, &device) != HAL_OK ||
+        hal_device_get_default_stream(device, &stream) != HAL_OK)
+        return 3;
+    if (hal_program_create(device, HAL_PROGRAM_FORMAT_HOST_ELF, image, size, &program) != HAL_OK ||
+        hal_program_get_kernel(program, "cts_add", &add) != HAL_OK)
+        return 4;
+    if (hal_mem_alloc(device, HAL_MEM_KIND_DEVICE, sizeof(dummy), 0, (void **)&buf) != HAL_OK)
+        return 5;
+    for (uint64_t i = 0; i < N; i++)
+        dummy[i] = i;
+    args[0] = HAL_KERNEL_ARG_PTR(buf, sizeof(dummy));
+    args[2] = HAL_KERNEL_ARG_U64(7);
+    if (hal_memcpy_async(buf, dummy, sizeof(dummy), stream) != HAL_OK ||
+        hal_kernel_launch(stream, add, &cfg, args, 3) != HAL_OK ||
+        hal_memcpy_async(dummy, buf, sizeof(dummy), stream) != HAL_OK ||
+        hal_stream_synchronize(stream) != HAL_OK)
+        return 6;
+    for (uint64_t i = 0; i < N; i++)
+        if (dummy[i] != i + 7)
+            return 7;
+    if (hal_mem_free(buf) != HAL_OK || hal_program_destroy(program) != HAL_OK ||
+        hal_backend_close(backend) != HAL_OK)
+        return 8;
+    return 0;
+}
+
+int cts_program_fork_safety(cts_ctx_t *ctx)
+{
+    SKIP_UNLESS_HOST_ELF(ctx);
+    size_t size = 0;
+    int result = CTS_PASS;
+    void *image = read_kernels(ctx, &size, &result);
+    if (!image)
+        return result;
+    hal_program_t p = NULL;
+    hal_kernel_t add = NULL;
+    CTS_CHECK_OK(hal_program_create(ctx->device, HAL_PROGRAM_FORMAT_HOST_ELF, image, size, &p));
+    CTS_CHECK_OK(hal_program_get_kernel(p, "cts_add", &add));
+    enum { N = 256 };
+    uint64_t *buf = NULL;
+    CTS_CHECK_OK(hal_mem_alloc(ctx->device, HAL_MEM_KIND_DEVICE, N * 8, 0, (void **)&buf));
+    CTS_CHECK_OK(cts_memset_sync(buf, 0, N * 8, default_stream(ctx)));
+    hal_launch_config_t cfg = HAL_LAUNCH_CONFIG_INIT(4, 1, 1);
+    hal_kernel_arg_t args[3] = { HAL_KERNEL_ARG_PTR(buf, N * 8), HAL_KERNEL_ARG_U64(N),
+                                 HAL_KERNEL_ARG_U64(2) };
+    CTS_CHECK_OK(hal_kernel_launch(default_stream(ctx), add, &cfg, args, 3));
+    CTS_CHECK_OK(hal_stream_synchronize(default_stream(ctx)));
+
+    hal_stream_t stream = default_stream(ctx); /* in the child the device is the parent's */
+    fflush(NULL);
+    pid_t pid = fork();
+    CTS_CHECK(pid >= 0);
+    if (pid == 0)
+        _exit(forked_child(ctx, add, stream, buf, image, size));
+    int wstatus = 0;
+    CTS_CHECK(waitpid(pid, &wstatus, 0) == pid);
+    CTS_CHECKF(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0,
+               "the forked child %s %d (exit codes: see forked_child)",
+               WIFEXITED(wstatus) ? "exited with" : "was killed by signal",
+               WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : WTERMSIG(wstatus));
+
+    CTS_CHECK_OK(hal_kernel_launch(default_stream(ctx), add, &cfg, args, 3));
+    uint64_t host[N];
+    CTS_CHECK_OK(cts_copy_sync(host, buf, sizeof(host), default_stream(ctx)));
+    for (uint64_t i = 0; i < N; i++)
+        CTS_CHECKF(host[i] == 4, "element %llu is %llu", (unsigned long long)i,
+                   (unsigned long long)host[i]);
+    CTS_CHECK_OK(hal_mem_free(buf));
+    CTS_CHECK_OK(hal_program_destroy(p));
     return CTS_PASS;
 }

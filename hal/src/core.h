@@ -36,6 +36,7 @@ typedef struct hal_live_list {
 
 typedef struct hal_live_link {
     struct hal_live_link *prev, *next;
+    hal_object_t *owner; /* the object the link is in (NULL in a sentinel) */
 } hal_live_link_t;
 
 struct hal_device_s {
@@ -129,7 +130,7 @@ static inline hal_status_t hal_finish(hal_status_t st, const hal_backend_ops_t *
 
 /* ---- live lists ---- */
 void hal_live_init(hal_live_link_t *sentinel);
-void hal_live_insert(hal_live_link_t *sentinel, hal_live_link_t *link);
+void hal_live_insert(hal_live_link_t *sentinel, hal_live_link_t *link, hal_object_t *owner);
 void hal_live_remove(hal_live_link_t *link);
 
 /* ---- allocation map (mem_map.c) ---- */
@@ -180,7 +181,11 @@ void hal_layers_report_leak(struct hal_backend_s *b, const char *what, const voi
                             size_t bytes);
 
 /* Forgets every open backend and allocation in a forked child, where the parent's backend
- * threads do not exist: the child starts from a clean loader (loader.c, mem_map.c). */
+ * threads do not exist: the child starts from a clean loader (loader.c, mem_map.c), and every
+ * object of the backends in the list (linked by next_open) is marked HAL_MAGIC_FORKED, so that
+ * using it is HAL_ERROR_INVALID_HANDLE instead of work queued to threads that are gone
+ * (fork.c). */
+void hal_forget_objects_after_fork(struct hal_backend_s *open_backends);
 void hal_mem_map_reset_after_fork(void);
 void hal_handle_pool_reset_after_fork(void);
 

@@ -38,7 +38,7 @@ hal_status_t hal_event_create(hal_device_t device, uint32_t flags, hal_event_t *
     e->flags = flags;
     e->obj.magic = HAL_MAGIC_EVENT;
     pthread_mutex_lock(&device->lock);
-    hal_live_insert(&device->events, &e->link);
+    hal_live_insert(&device->events, &e->link, &e->obj);
     pthread_mutex_unlock(&device->lock);
     *event = e;
     return HAL_OK;

@@ -38,6 +38,11 @@ hal_status_t hal_bad_handle(const void *h, uint32_t magic, const char *type, con
                          "%s %p was used after it was destroyed%s%s%s", type, h,
                          was ? " (it was a " : "", was ? was : "", was ? ")" : "");
     }
+    if (obj->magic == HAL_MAGIC_FORKED)
+        return hal_error(HAL_ERROR_INVALID_HANDLE, NULL, call,
+                         "%s %p was created before this process was forked: the parent's HAL "
+                         "objects cannot be used in a forked child (open the backend again)",
+                         type, h);
     const char *actual = type_of_magic(obj->magic);
     if (actual)
         return hal_error(HAL_ERROR_INVALID_HANDLE, NULL, call, "%p is a %s, not a %s", h, actual,

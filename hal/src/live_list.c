@@ -8,8 +8,9 @@ void hal_live_init(hal_live_link_t *sentinel)
     sentinel->prev = sentinel->next = sentinel;
 }
 
-void hal_live_insert(hal_live_link_t *sentinel, hal_live_link_t *link)
+void hal_live_insert(hal_live_link_t *sentinel, hal_live_link_t *link, hal_object_t *owner)
 {
+    link->owner = owner;
     link->next = sentinel->next;
     link->prev = sentinel;
     sentinel->next->prev = link;

@@ -38,6 +38,7 @@ static const hal_host_services_t host_services = {
 static void reset_after_fork(void)
 {
     pthread_mutex_init(&loader_lock, NULL);
+    hal_forget_objects_after_fork(open_backends);
     open_backends = NULL;
     hal_mem_map_reset_after_fork();
     hal_handle_pool_reset_after_fork();

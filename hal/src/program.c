@@ -74,7 +74,7 @@ hal_status_t hal_program_create(hal_device_t device, hal_program_format_t format
     pthread_mutex_init(&p->lock, NULL);
     p->obj.magic = HAL_MAGIC_PROGRAM;
     pthread_mutex_lock(&device->lock);
-    hal_live_insert(&device->programs, &p->link);
+    hal_live_insert(&device->programs, &p->link, &p->obj);
     pthread_mutex_unlock(&device->lock);
     *program = p;
     return HAL_OK;

@@ -25,6 +25,7 @@ enum {
     HAL_MAGIC_PROGRAM = 0x48505231, /* "HPR1" */
     HAL_MAGIC_KERNEL = 0x484b4e31,  /* "HKN1" */
     HAL_MAGIC_DEAD = 0x44454144,    /* "DEAD" */
+    HAL_MAGIC_FORKED = 0x464f524b,  /* "FORK": the parent's object, in a forked child */
 };
 
 typedef struct hal_object {

@@ -26,7 +26,7 @@ hal_status_t hal_stream_create_internal(struct hal_device_s *device, int32_t pri
     hal_live_init(&s->link);
     if (!is_default) {
         pthread_mutex_lock(&device->lock);
-        hal_live_insert(&device->streams, &s->link);
+        hal_live_insert(&device->streams, &s->link, &s->obj);
         pthread_mutex_unlock(&device->lock);
     }
     *out = s;

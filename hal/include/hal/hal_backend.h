@@ -33,6 +33,10 @@ HAL_API hal_status_t hal_get_api_version(uint32_t *version);
  * shorter than its version needs or leaves a required slot NULL, or a device advertises a
  * capability without the slots it needs; the message names the slot); any status the
  * backend's initialisation returns (e.g. HAL_ERROR_DEVICE_LOST).
+ * fork(): a child does not inherit open backends. Every handle the parent had (backends,
+ * devices, streams, events, communicators, programs, kernels) is refused in the child with
+ * HAL_ERROR_INVALID_HANDLE naming fork(), and its allocations are unknown pointers; the child
+ * opens the backend again to use a device.
  * Thread safety: safe. */
 HAL_API hal_status_t hal_backend_open(const char *name_or_path, hal_backend_t *backend);
 

@@ -353,7 +353,7 @@ hal_status_t hal_comm_init(const hal_unique_id_t *id, int nranks, int rank, hal_
     /* Every init stores the same value; atomic, because inits run concurrently. */
     __atomic_store_n(&hal_comm_close_device_hook, comm_close_device, __ATOMIC_RELEASE);
     pthread_mutex_lock(&device->lock);
-    hal_live_insert(&device->comms, &comm->link);
+    hal_live_insert(&device->comms, &comm->link, &comm->obj);
     pthread_mutex_unlock(&device->lock);
     *out = comm;
     return blocking ? HAL_OK : HAL_IN_PROGRESS;
