@@ -582,7 +582,8 @@ void Usage()
         "  --run-known-failures  run tests marked CTS_KNOWN_FAILURE_ON (env\n"
         "                      HAL_CTS_RUN_KNOWN_FAILURES=1) and list those that pass\n"
         "Environment: HAL_BACKEND_PATH (where backends are found), HAL_CTS_FIXTURE_DIR (the\n"
-        "fixture libraries libcts_*.so).\n");
+        "fixture libraries libcts_*.so), HAL_CTS_NEFF_DIR (compiled add.neff and fail.neff for\n"
+        "the program.neff_* tests; default: the libnrt emulator's test container).\n");
 }
 
 bool ParseUnsigned(const char *s, long *out)
