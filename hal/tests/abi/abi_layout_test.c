@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The ops table of HAL 1.0 and 1.1 keeps its layout: every slot of those versions at the offset a
+/* The ops table of HAL 1.0, 1.1 and 1.2 keeps its layout: every slot of those versions at the offset a
  * backend built against them put it (LP64). The table is generated from hal/abi/slots.toml; a
  * spec edit that moves, removes or retypes a shipped slot fails to compile here. New slots go at
  * the end, after these. */
@@ -11,7 +11,7 @@
 #if defined(__LP64__)
 #define SLOT_AT(name, index)                                                    \
     _Static_assert(offsetof(hal_backend_ops_t, name) == 32 + 8 * (index),       \
-                   "slot " #name " moved: the 1.0/1.1 table layout is frozen"); \
+                   "slot " #name " moved: the 1.0-1.2 table layout is frozen"); \
     _Static_assert(sizeof(((hal_backend_ops_t *)0)->name) == 8, "slot " #name " resized");
 
 /* The header: struct_size, api_version, flags (formerly reserved, always 0 before 1.1), name,
@@ -74,14 +74,21 @@ SLOT_AT(recv, 44)
 SLOT_AT(group_begin, 45)
 SLOT_AT(group_end, 46)
 _Static_assert(HAL_BACKEND_OPS_SIZE_1_1 == 32 + 8 * 47, "a 1.1 table is 408 bytes");
+
+/* HAL 1.2 */
+SLOT_AT(program_create, 47)
+SLOT_AT(program_destroy, 48)
+SLOT_AT(program_get_kernel, 49)
+SLOT_AT(kernel_launch, 50)
+_Static_assert(HAL_BACKEND_OPS_SIZE_1_2 == 32 + 8 * 51, "a 1.2 table is 440 bytes");
 #endif
 
 /* The assertions above run at compile time; this case makes the target a test that reports. */
-CTEST(abi, table_layout_of_1_0_and_1_1_is_frozen)
+CTEST(abi, table_layout_of_1_0_to_1_2_is_frozen)
 {
 #if !defined(__LP64__)
     CTEST_SKIP("the frozen offsets are those of LP64 platforms");
 #endif
-    CTEST_CHECK(sizeof(hal_backend_ops_t) >= HAL_BACKEND_OPS_SIZE_1_1);
+    CTEST_CHECK(sizeof(hal_backend_ops_t) >= HAL_BACKEND_OPS_SIZE_1_2);
     return CTEST_PASS;
 }
