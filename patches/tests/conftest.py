@@ -14,6 +14,10 @@ import pytest
 
 PER_PATCH = "test_0"
 
+# The compile-stack tests (0015-0018) compile a few small kernels each: Inductor's pool of
+# compile workers would cost more to start than it saves.
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+
 
 def pytest_collection_modifyitems(config, items):
     if not any(Path(str(i.fspath)).name.startswith(PER_PATCH) for i in items):

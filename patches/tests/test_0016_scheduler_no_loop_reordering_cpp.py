@@ -24,8 +24,7 @@ def test_loop_transforms_on_leave_cpp_kernels_alone(dev):
     with config.patch(LOOP_TRANSFORMS):
         out, codes = run_and_get_code(torch.compile(transposed_and_normed), x.to(dev),
                                       w.to(dev))
-        ref = torch.compile(transposed_and_normed)(x, w)
     assert "load_host_kernel(" in "\n".join(codes)
-    for a, b in zip(out, ref):
+    for a, b in zip(out, transposed_and_normed(x, w)):
         assert a.device.type == dev
         torch.testing.assert_close(a.cpu(), b)

@@ -40,7 +40,10 @@ CHILD = textwrap.dedent("""
 
 
 def test_compile_on_device_without_codegen_warns_once_and_runs_eagerly():
-    env = dict(os.environ, TORCH_HAL_BACKEND="trainium")
+    # An emulated instance of its own: the unpatched and the patched run go side by side, and
+    # NeuronCores belong to one process at a time.
+    env = dict(os.environ, TORCH_HAL_BACKEND="trainium",
+               NEURON_EMU_INSTANCE_ID=f"patch-0018-{os.getpid()}")
     r = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True,
                        timeout=600)
     assert r.returncode == 0 and "EAGER OK" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]

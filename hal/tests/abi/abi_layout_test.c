@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The ops table of HAL 1.0, 1.1 and 1.2 keeps its layout: every slot of those versions at the offset a
- * backend built against them put it (LP64). The table is generated from hal/abi/slots.toml; a
- * spec edit that moves, removes or retypes a shipped slot fails to compile here. New slots go at
- * the end, after these. */
+/* The ops table of HAL 1.0, 1.1 and 1.2 keeps its layout: every slot of those versions at the
+ * offset a backend built against them put it (LP64). The table is generated from
+ * hal/abi/slots.toml; a spec edit that moves, removes or retypes a shipped slot fails to compile
+ * here. New slots go at the end, after these. */
 #include <stddef.h>
 
 #include "hal/hal_backend_abi.h"
