@@ -163,6 +163,10 @@ void cts_ctx_release(cts_ctx_t *ctx);
  * and callback data that queued work may still touch when a check fails. NULL on failure. */
 void *cts_calloc(cts_ctx_t *ctx, size_t size);
 
+/* The whole of the file at path in memory owned by the test (as cts_calloc), *size set; NULL
+ * with a line on stderr naming the file if it cannot be read or is empty. */
+void *cts_read_file(cts_ctx_t *ctx, const char *path, size_t *size);
+
 double cts_now_ms(void);
 void cts_sleep_ms(unsigned ms);
 

@@ -146,6 +146,26 @@ void *cts_calloc(cts_ctx_t *ctx, size_t size)
     return p;
 }
 
+void *cts_read_file(cts_ctx_t *ctx, const char *path, size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    void *data = NULL;
+    long n = -1;
+    if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0) {
+        data = cts_calloc(ctx, (size_t)n);
+        if (data && fread(data, 1, (size_t)n, f) != (size_t)n)
+            data = NULL;
+    }
+    if (f)
+        fclose(f);
+    if (!data) {
+        fprintf(stderr, "cannot read %s\n", path);
+        return NULL;
+    }
+    *size = (size_t)n;
+    return data;
+}
+
 /* ---- Time ------------------------------------------------------------------------------------ */
 
 double cts_now_ms(void)

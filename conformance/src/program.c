@@ -42,22 +42,9 @@ static void *read_kernels(cts_ctx_t *ctx, size_t *size, int *result)
     }
     char path[2048];
     snprintf(path, sizeof(path), "%s/libcts_kernels.so", ctx->fixture_dir);
-    FILE *f = fopen(path, "rb");
-    void *image = NULL;
-    long n = -1;
-    if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0) {
-        image = cts_calloc(ctx, (size_t)n);
-        if (image && fread(image, 1, (size_t)n, f) != (size_t)n)
-            image = NULL;
-    }
-    if (f)
-        fclose(f);
-    if (!image) {
+    void *image = cts_read_file(ctx, path, size);
+    if (!image)
         *result = CTS_FAIL;
-        fprintf(stderr, "cannot read %s\n", path);
-        return NULL;
-    }
-    *size = (size_t)n;
     return image;
 }
 

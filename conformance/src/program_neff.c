@@ -46,22 +46,9 @@ static const void *neff_image(cts_ctx_t *ctx, const char *name, size_t *size, in
     }
     char path[2048];
     snprintf(path, sizeof(path), "%s/%s.neff", dir, name);
-    FILE *f = fopen(path, "rb");
-    void *image = NULL;
-    long n = -1;
-    if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0) {
-        image = cts_calloc(ctx, (size_t)n);
-        if (image && fread(image, 1, (size_t)n, f) != (size_t)n)
-            image = NULL;
-    }
-    if (f)
-        fclose(f);
-    if (!image) {
+    void *image = cts_read_file(ctx, path, size);
+    if (!image)
         *result = CTS_FAIL;
-        fprintf(stderr, "cannot read %s (HAL_CTS_NEFF_DIR)\n", path);
-        return NULL;
-    }
-    *size = (size_t)n;
     return image;
 }
 
@@ -104,6 +91,14 @@ static int alloc_inputs(cts_ctx_t *ctx, hal_stream_t s, float *buf[3])
     return CTS_PASS;
 }
 
+/* The arguments of the add kernel: out = a + b. */
+static void add_args(hal_kernel_arg_t args[3], float *a, float *b, float *out)
+{
+    args[0] = HAL_KERNEL_ARG_PTR(a, BYTES);
+    args[1] = HAL_KERNEL_ARG_PTR(b, BYTES);
+    args[2] = HAL_KERNEL_ARG_PTR(out, BYTES);
+}
+
 /* Whether host[i] == i + added for every i. */
 static int check_sum(const float *host, float added)
 {
@@ -132,12 +127,10 @@ int cts_program_neff_launch_ordering(cts_ctx_t *ctx)
     hal_event_t ev = NULL;
     CTS_CHECK_OK(hal_stream_create(ctx->device, 0, &other));
     CTS_CHECK_OK(hal_event_create(ctx->device, HAL_EVENT_FLAG_NONE, &ev));
-    hal_kernel_arg_t first[3] = { HAL_KERNEL_ARG_PTR(buf[0], BYTES),
-                                  HAL_KERNEL_ARG_PTR(buf[1], BYTES),
-                                  HAL_KERNEL_ARG_PTR(buf[2], BYTES) };
-    hal_kernel_arg_t second[3] = { HAL_KERNEL_ARG_PTR(buf[2], BYTES),
-                                   HAL_KERNEL_ARG_PTR(buf[1], BYTES),
-                                   HAL_KERNEL_ARG_PTR(buf[0], BYTES) };
+    hal_kernel_arg_t first[3];
+    add_args(first, buf[0], buf[1], buf[2]);
+    hal_kernel_arg_t second[3];
+    add_args(second, buf[2], buf[1], buf[0]);
     CTS_CHECK_OK(hal_kernel_launch(s, k, &ONE, first, 3)); /* out = a + 1 */
     CTS_CHECK_OK(hal_event_record(ev, s));
     CTS_CHECK_OK(hal_stream_wait_event(other, ev));
@@ -192,9 +185,8 @@ int cts_program_neff_destroy_with_pending_launches(cts_ctx_t *ctx)
     cts_gate_t *gate = cts_gate_new(ctx);
     CTS_CHECK(gate != NULL);
     CTS_CHECK_OK(cts_gate_enqueue(gate, s));
-    hal_kernel_arg_t args[3] = { HAL_KERNEL_ARG_PTR(buf[0], BYTES),
-                                 HAL_KERNEL_ARG_PTR(buf[1], BYTES),
-                                 HAL_KERNEL_ARG_PTR(buf[2], BYTES) };
+    hal_kernel_arg_t args[3];
+    add_args(args, buf[0], buf[1], buf[2]);
     CTS_CHECK_OK(hal_kernel_launch(s, k, &ONE, args, 3));
     CTS_CHECK_OK(hal_program_destroy(p));
     CTS_CHECK_STATUS(hal_kernel_launch(s, k, &ONE, args, 3), HAL_ERROR_INVALID_HANDLE);
@@ -228,12 +220,10 @@ static void *neff_launch_thread(void *arg)
     if (l->status != HAL_OK)
         return NULL;
     if (alloc_inputs(l->ctx, s, buf) == CTS_PASS) {
-        hal_kernel_arg_t forth[3] = { HAL_KERNEL_ARG_PTR(buf[0], BYTES),
-                                      HAL_KERNEL_ARG_PTR(buf[1], BYTES),
-                                      HAL_KERNEL_ARG_PTR(buf[2], BYTES) };
-        hal_kernel_arg_t back[3] = { HAL_KERNEL_ARG_PTR(buf[2], BYTES),
-                                     HAL_KERNEL_ARG_PTR(buf[1], BYTES),
-                                     HAL_KERNEL_ARG_PTR(buf[0], BYTES) };
+        hal_kernel_arg_t forth[3];
+        add_args(forth, buf[0], buf[1], buf[2]);
+        hal_kernel_arg_t back[3];
+        add_args(back, buf[2], buf[1], buf[0]);
         for (int r = 0; r < NEFF_ROUNDS && l->status == HAL_OK; r++) {
             l->status = hal_kernel_launch(s, l->kernel, &ONE, forth, 3);
             if (l->status == HAL_OK)
@@ -284,9 +274,8 @@ int cts_program_neff_fork_safety(cts_ctx_t *ctx)
     hal_stream_t s = default_stream(ctx);
     if (alloc_inputs(ctx, s, buf) != CTS_PASS)
         return CTS_FAIL;
-    hal_kernel_arg_t args[3] = { HAL_KERNEL_ARG_PTR(buf[0], BYTES),
-                                 HAL_KERNEL_ARG_PTR(buf[1], BYTES),
-                                 HAL_KERNEL_ARG_PTR(buf[2], BYTES) };
+    hal_kernel_arg_t args[3];
+    add_args(args, buf[0], buf[1], buf[2]);
     CTS_CHECK_OK(hal_stream_synchronize(s));
     fflush(NULL);
     pid_t pid = fork();
