@@ -14,6 +14,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "hal/hal_kernel_signature.h"
 #include "hal_backends/cpu/cpu_internal.h"
 
 #if defined(__x86_64__)
@@ -153,30 +154,16 @@ void cpu_program_destroy(void *program)
 static hal_status_t parse_signature(cpu_backend_t *backend, const char *name, const char *sig,
                                     hal_kernel_info_t *info)
 {
-    uint32_t n = 0;
-    for (const char *c = sig; *c; c++, n++) {
-        if (n == HAL_KERNEL_ARGS_MAX) {
-            cpu_set_error(backend, "hal_signature_%s has more than %d arguments", name,
-                          HAL_KERNEL_ARGS_MAX);
-            return HAL_ERROR_INVALID_ARGUMENT;
-        }
-        uint32_t size = *c == 'x' ? 16 : (*c >= '1' && *c <= '8') ? (uint32_t)(*c - '0') : 0;
-        if (*c == 'p') {
-            info->args[n].kind = HAL_KERNEL_ARG_POINTER;
-            info->args[n].size = 0;
-        } else if (size == 1 || size == 2 || size == 4 || size == 8 || size == 16) {
-            info->args[n].kind = HAL_KERNEL_ARG_SCALAR;
-            info->args[n].size = size;
-        } else {
-            cpu_set_error(backend,
-                          "hal_signature_%s is malformed at '%c' (argument %u): use 'p' for a "
-                          "pointer, '1', '2', '4', '8' or 'x' for a scalar of that many bytes",
-                          name, *c, n);
-            return HAL_ERROR_INVALID_ARGUMENT;
-        }
-    }
-    info->nargs = n;
-    return HAL_OK;
+    uint32_t bad = 0;
+    if (hal_kernel_signature_parse(sig, info, &bad) == HAL_OK)
+        return HAL_OK;
+    if (bad == HAL_KERNEL_ARGS_MAX)
+        cpu_set_error(backend, "hal_signature_%s has more than %d arguments", name,
+                      HAL_KERNEL_ARGS_MAX);
+    else
+        cpu_set_error(backend, "hal_signature_%s is malformed at '%c' (argument %u): %s", name,
+                      sig[bad], bad, HAL_KERNEL_SIGNATURE_HELP);
+    return HAL_ERROR_INVALID_ARGUMENT;
 }
 
 hal_status_t cpu_program_get_kernel(void *program, const char *name, void **kernel,

@@ -140,7 +140,10 @@ typedef struct hal_launch_config {
  *   later work of that stream.
  * A program may export, for a kernel `k`, a NUL-terminated string `hal_signature_k`: one letter
  * per argument, 'p' a pointer, or a scalar size in bytes as a digit ('1', '2', '4', '8') or
- * 'x' (16 bytes). hal_kernel_get_info reports it and launches are checked against it. */
+ * 'x' (16 bytes). hal_kernel_get_info reports it and launches are checked against it.
+ * GPU images (PTX, cubin, fatbin) carry the same string as a device global of that name
+ * (`extern "C" __device__ char hal_signature_k[] = "p88";`); hal/hal_kernel_signature.h parses
+ * it for backends. */
 typedef struct hal_host_kernel_ctx {
     size_t struct_size;
     uint32_t block_index[3];
