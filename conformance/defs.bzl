@@ -4,14 +4,42 @@ Every configuration the project runs is declared in //conformance:BUILD with thi
 backend or layer adds one line there.
 """
 
+load("@local_cuda//:defs.bzl", "NVCC")
+
 # Sharded (GoogleTest's sharding, applied before the areas' child processes start) so that no
 # shard comes near its timeout under ThreadSanitizer on two loaded cores.
 CONFORMANCE_SHARDS = 4
 
+# The program area's kernels as GPU images, built with the toolkit's nvcc where there is one:
+# PTX for compute_75 (JIT-compiled for any device CUDA 13 supports), a cubin for sm_90 (H100,
+# H200), a fatbin with both.
+_GPU_KERNEL_IMAGES = {
+    "ptx": "-ptx -arch=compute_75",
+    "cubin": "-cubin -arch=sm_90",
+    "fatbin": "-fatbin -gencode arch=compute_90,code=sm_90 -gencode arch=compute_75,code=compute_75",
+}
+
+CTS_GPU_KERNELS = ["//conformance:cts_kernels.%s" % ext for ext in _GPU_KERNEL_IMAGES] if NVCC else []
+
+def cts_gpu_kernel_images():
+    """//conformance:cts_kernels.{ptx,cubin,fatbin} from fixtures/kernels.cu (with nvcc only)."""
+    if not NVCC:
+        return
+    for ext, flags in _GPU_KERNEL_IMAGES.items():
+        native.genrule(
+            name = "cts_kernels_" + ext,
+            srcs = ["fixtures/kernels.cu"],
+            outs = ["cts_kernels." + ext],
+            # A temporary directory of its own: nvcc names its files by process id, which
+            # repeats across sandboxes sharing /tmp.
+            cmd = ("t=$$(mktemp -d) && TMPDIR=$$t %s %s $< -o $@; r=$$?; rm -rf $$t; exit $$r" %
+                   (NVCC, flags)),
+        )
+
 _FIXTURE_LIBS = [
     "//conformance:libcts_%s.so" % f
     for f in ("noentry", "badmajor", "entryfail", "initfail", "kernels")
-]
+] + CTS_GPU_KERNELS
 
 def _package_of(label):
     return label[2:].split(":")[0]

@@ -9,7 +9,9 @@ Generates a repository (named in the WORKSPACE, `@local_cuda`) with
                :nccl_headers  nccl.h (and the CUDA headers it includes)
                :nccl          libnccl.so.2
   defs.bzl   CUDA_FOUND, CUDA_VERSION, CUDA_REASON, CUDART_FOUND, NCCL_FOUND, NCCL_VERSION,
-             NCCL_REASON, so that BUILD files define CUDA targets only when the toolkit is there.
+             NCCL_REASON, so that BUILD files define CUDA targets only when the toolkit is there;
+             NVCC, the toolkit's nvcc ("" without one), for device code built at build time
+             (the conformance suite's PTX, cubin and fatbin kernels).
 
 The CUDA backend itself only needs the headers: it loads libcudart and libnccl with dlopen at run
 time (see hal_backends/cuda/README.md). Nothing is downloaded.
@@ -87,6 +89,10 @@ def _cuda_configure_impl(ctx):
             cuda_found = True
             cuda_version = "%d.%d" % (int(code) // 1000, (int(code) % 1000) // 10)
 
+    nvcc = ""
+    if cuda_found and ctx.path(cuda_root + "/bin/nvcc").exists:
+        nvcc = str(ctx.path(cuda_root + "/bin/nvcc"))
+
     build = ['package(default_visibility = ["//visibility:public"])', ""]
     cudart_found = False
     nccl_found = False
@@ -156,7 +162,8 @@ CUDART_FOUND = %s
 NCCL_FOUND = %s
 NCCL_VERSION = %r
 NCCL_REASON = %r
-""" % (cuda_found, cuda_version, cuda_reason, cudart_found, nccl_found, nccl_version, nccl_reason))
+NVCC = %r
+""" % (cuda_found, cuda_version, cuda_reason, cudart_found, nccl_found, nccl_version, nccl_reason, nvcc))
 
     if not cuda_found:
         print("torch-hal: the cuda backend is skipped: %s" % cuda_reason)

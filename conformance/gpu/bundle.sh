@@ -6,7 +6,8 @@
 #   bin/hal_conformance, bin/hal_bench      the conformance harness, the benchmarks
 #   bin/cuda_api_test, bin/cuda_slot_test   the cuda backend's own tests that need a GPU
 #   backends/libhal_backend_{cuda,cpu}.so   the backends (HAL_BACKEND_PATH)
-#   fixtures/libcts_*.so                    the loader fixtures (HAL_CTS_FIXTURE_DIR)
+#   fixtures/libcts_*.so, cts_kernels.*     the loader fixtures and the program area's kernels
+#                                           (PTX, cubin, fatbin built by nvcc) (HAL_CTS_FIXTURE_DIR)
 #   fallback-lib/                           this machine's libstdc++ and libgcc_s, used only where
 #                                           the GPU machine's are older
 #   MANIFEST.txt                            commit, CUDA and NCCL header versions, checksums
@@ -47,7 +48,8 @@ if [ -z "${HAL_NCCL_PATH:-}" ]; then
 fi
 log "HAL_NCCL_PATH=${HAL_NCCL_PATH:-(none: no native collectives)}"
 
-FIXTURES=(noentry badmajor entryfail initfail)
+FIXTURES=(noentry badmajor entryfail initfail kernels)
+GPU_KERNELS=(ptx cubin fatbin)
 TARGETS=(
     //conformance:hal_conformance
     //bench:hal_bench
@@ -59,6 +61,7 @@ TARGETS=(
 CUDA_TESTS=(cuda_api_test cuda_slot_test)
 for t in "${CUDA_TESTS[@]}"; do TARGETS+=("//hal_backends/cuda/tests:$t"); done
 for f in "${FIXTURES[@]}"; do TARGETS+=("//conformance:libcts_$f.so"); done
+for k in "${GPU_KERNELS[@]}"; do TARGETS+=("//conformance:cts_kernels.$k"); done
 log "bazel build ${TARGETS[*]}"
 "$BAZEL" build "${TARGETS[@]}"
 BIN=$("$BAZEL" info bazel-bin 2>/dev/null)
@@ -76,6 +79,9 @@ put "$BIN/hal_backends/cpu/libhal_backend_cpu.so" "$DEST/backends"
 put "$BIN/hal_backends/cuda/libhal_backend_cuda.so" "$DEST/backends"
 for t in "${CUDA_TESTS[@]}"; do put "$BIN/hal_backends/cuda/tests/$t" "$DEST/bin"; done
 for f in "${FIXTURES[@]}"; do put "$BIN/conformance/libcts_$f.so" "$DEST/fixtures"; done
+for k in "${GPU_KERNELS[@]}"; do
+    install -m 0644 "$BIN/conformance/cts_kernels.$k" "$DEST/fixtures/"
+done
 for lib in libstdc++.so.6 libgcc_s.so.1; do
     src=$(gcc -print-file-name="$lib")
     [ -e "$src" ] && install -m 0644 "$(readlink -f "$src")" "$DEST/fallback-lib/$lib"

@@ -292,7 +292,7 @@ fi
 # The suite runs in parts (an area, or a slice of the collectives), each with its own timeout and
 # JSON file, so that a part that runs out of time costs its own results only.
 PARTS=(status=status.* backend=backend.* device=device.* memory=memory.* stream=stream.*
-    event=event.* handles=handles.* threads=threads.* allocator=allocator.*
+    event=event.* handles=handles.* threads=threads.* allocator=allocator.* program=program.*
     comm-threads=comm.*threads* comm-processes=comm.*processes*
     comm-other=comm.*-comm.*threads*:comm.*processes*)
 # comm.memory_kinds puts both of its ranks on the one device's default stream, which cannot

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Conformance: programs and kernels (HAL 1.2). Every device answers the format checks; the rest
- * runs where the device loads host shared objects (HAL_PROGRAM_FORMAT_HOST_ELF), with the
- * kernels of conformance/fixtures/kernels.c read from the fixture directory. */
+ * runs where the device loads the suite's kernels: the host shared object built from
+ * conformance/fixtures/kernels.c (HAL_PROGRAM_FORMAT_HOST_ELF), or, on GPUs, the PTX (and cubin
+ * and fatbin) nvcc built from conformance/fixtures/kernels.cu, with the same kernels; all are
+ * read from the fixture directory. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,17 +13,37 @@
 
 #include "cts.h"
 
-static bool loads_host_elf(const cts_ctx_t *ctx)
+static bool loads(const cts_ctx_t *ctx, hal_program_format_t format)
 {
     return (ctx->props.capabilities & HAL_DEVICE_CAP_PROGRAMS) &&
-           (ctx->props.program_formats & (1u << HAL_PROGRAM_FORMAT_HOST_ELF));
+           (ctx->props.program_formats & (1u << format));
 }
 
-#define SKIP_UNLESS_HOST_ELF(ctx)                                                           \
-    do {                                                                                    \
-        CTS_SKIP_UNLESS_CAP(ctx, HAL_DEVICE_CAP_PROGRAMS, "programs");                      \
-        if (!loads_host_elf(ctx))                                                           \
-            return cts_skip((ctx), "the device does not load HAL_PROGRAM_FORMAT_HOST_ELF"); \
+/* The format the suite's kernels are loaded in on this device, or NONE. */
+static hal_program_format_t kernel_format(const cts_ctx_t *ctx)
+{
+    if (loads(ctx, HAL_PROGRAM_FORMAT_HOST_ELF))
+        return HAL_PROGRAM_FORMAT_HOST_ELF;
+    if (loads(ctx, HAL_PROGRAM_FORMAT_PTX))
+        return HAL_PROGRAM_FORMAT_PTX;
+    return HAL_PROGRAM_FORMAT_NONE;
+}
+
+#define SKIP_UNLESS_KERNELS(ctx)                                                               \
+    do {                                                                                       \
+        CTS_SKIP_UNLESS_CAP(ctx, HAL_DEVICE_CAP_PROGRAMS, "programs");                         \
+        if (kernel_format(ctx) == HAL_PROGRAM_FORMAT_NONE)                                     \
+            return cts_skip((ctx), "the device loads neither HAL_PROGRAM_FORMAT_HOST_ELF nor " \
+                                   "HAL_PROGRAM_FORMAT_PTX (the suite's kernels)");            \
+    } while (0)
+
+/* For bodies that need what only host kernels do (report an error from a block, run in a
+ * forked child). */
+#define SKIP_UNLESS_HOST_ELF(ctx, why)                                                           \
+    do {                                                                                         \
+        CTS_SKIP_UNLESS_CAP(ctx, HAL_DEVICE_CAP_PROGRAMS, "programs");                           \
+        if (!loads(ctx, HAL_PROGRAM_FORMAT_HOST_ELF))                                            \
+            return cts_skip((ctx), "the device does not load HAL_PROGRAM_FORMAT_HOST_ELF " why); \
     } while (0)
 
 /* The device's default stream (NULL if it cannot be had: the calls given it then fail). */
@@ -32,20 +54,32 @@ static hal_stream_t default_stream(const cts_ctx_t *ctx)
     return s;
 }
 
-/* The bytes of the fixture library of kernels (cts_calloc'd), or NULL with *result set. */
-static void *read_kernels(cts_ctx_t *ctx, size_t *size, int *result)
+/* The bytes of the suite's kernels in a format (cts_calloc'd), or NULL with *result set. */
+static void *read_image(cts_ctx_t *ctx, hal_program_format_t format, size_t *size, int *result)
 {
     if (ctx->fixture_dir == NULL) {
         *result = CTS_FAIL;
         fprintf(stderr, "the fixture libraries were not found (HAL_CTS_FIXTURE_DIR)\n");
         return NULL;
     }
+    const char *file = format == HAL_PROGRAM_FORMAT_HOST_ELF ? "libcts_kernels.so"
+                       : format == HAL_PROGRAM_FORMAT_PTX    ? "cts_kernels.ptx"
+                       : format == HAL_PROGRAM_FORMAT_CUBIN  ? "cts_kernels.cubin"
+                                                             : "cts_kernels.fatbin";
     char path[2048];
-    snprintf(path, sizeof(path), "%s/libcts_kernels.so", ctx->fixture_dir);
+    snprintf(path, sizeof(path), "%s/%s", ctx->fixture_dir, file);
     void *image = cts_read_file(ctx, path, size);
-    if (!image)
+    if (!image) {
         *result = CTS_FAIL;
+        if (format != HAL_PROGRAM_FORMAT_HOST_ELF)
+            fprintf(stderr, "(GPU images are built where the CUDA toolkit's nvcc is found)\n");
+    }
     return image;
+}
+
+static void *read_kernels(cts_ctx_t *ctx, size_t *size, int *result)
+{
+    return read_image(ctx, kernel_format(ctx), size, result);
 }
 
 /* Loads the kernels; returns CTS_PASS with *program set. */
@@ -56,8 +90,7 @@ static int load_kernels(cts_ctx_t *ctx, hal_program_t *program)
     void *image = read_kernels(ctx, &size, &result);
     if (!image)
         return result;
-    CTS_CHECK_OK(
-        hal_program_create(ctx->device, HAL_PROGRAM_FORMAT_HOST_ELF, image, size, program));
+    CTS_CHECK_OK(hal_program_create(ctx->device, kernel_format(ctx), image, size, program));
     return CTS_PASS;
 }
 
@@ -124,10 +157,10 @@ int cts_program_create_invalid(cts_ctx_t *ctx)
     return CTS_PASS;
 }
 
-/* Images that are not a host shared object are refused with a message, and nothing leaks. */
+/* Images that are not programs of the format are refused with a message, and nothing leaks. */
 int cts_program_corrupt_image(cts_ctx_t *ctx)
 {
-    SKIP_UNLESS_HOST_ELF(ctx);
+    SKIP_UNLESS_KERNELS(ctx);
     size_t size = 0;
     int result = CTS_PASS;
     unsigned char *image = read_kernels(ctx, &size, &result);
@@ -135,26 +168,92 @@ int cts_program_corrupt_image(cts_ctx_t *ctx)
         return result;
     hal_program_t p = NULL;
     static const char text[] = "#!/bin/sh\necho not a program\n";
-    CTS_CHECK_STATUS(
-        hal_program_create(ctx->device, HAL_PROGRAM_FORMAT_HOST_ELF, text, sizeof(text), &p),
-        HAL_ERROR_INVALID_ARGUMENT);
+    CTS_CHECK_STATUS(hal_program_create(ctx->device, kernel_format(ctx), text, sizeof(text), &p),
+                     HAL_ERROR_INVALID_ARGUMENT);
     CTS_CHECK(strstr(hal_last_error_message(), "hal_program_create") != NULL);
     /* A valid header over a truncated body: the loader itself refuses it. */
-    CTS_CHECK_STATUS(
-        hal_program_create(ctx->device, HAL_PROGRAM_FORMAT_HOST_ELF, image, size / 8, &p),
-        HAL_ERROR_INVALID_ARGUMENT);
+    CTS_CHECK_STATUS(hal_program_create(ctx->device, kernel_format(ctx), image, size / 8, &p),
+                     HAL_ERROR_INVALID_ARGUMENT);
     CTS_CHECK(p == NULL);
+    return CTS_PASS;
+}
+
+/* Runs cts_add from a program of the given format; returns CTS_PASS. */
+static int run_add_from(cts_ctx_t *ctx, hal_program_format_t format, const void *image, size_t size)
+{
+    hal_program_t p = NULL;
+    hal_kernel_t add = NULL;
+    CTS_CHECK_OK(hal_program_create(ctx->device, format, image, size, &p));
+    CTS_CHECK_OK(hal_program_get_kernel(p, "cts_add", &add));
+    enum { N = 1000 };
+    uint64_t *buf = NULL;
+    CTS_CHECK_OK(hal_mem_alloc(ctx->device, HAL_MEM_KIND_DEVICE, N * 8, 0, (void **)&buf));
+    CTS_CHECK_OK(cts_memset_sync(buf, 0, N * 8, default_stream(ctx)));
+    hal_launch_config_t cfg = HAL_LAUNCH_CONFIG_INIT(3, 1, 1);
+    cfg.block[0] = 32;
+    hal_kernel_arg_t args[3] = { HAL_KERNEL_ARG_PTR(buf, N * 8), HAL_KERNEL_ARG_U64(N),
+                                 HAL_KERNEL_ARG_U64(5) };
+    CTS_CHECK_OK(hal_kernel_launch(default_stream(ctx), add, &cfg, args, 3));
+    uint64_t *host = cts_calloc(ctx, N * 8);
+    CTS_CHECK(host != NULL);
+    CTS_CHECK_OK(cts_copy_sync(host, buf, N * 8, default_stream(ctx)));
+    for (int i = 0; i < N; i++)
+        CTS_CHECKF(host[i] == 5, "%s: element %d is %llu", hal_program_format_name(format), i,
+                   (unsigned long long)host[i]);
+    CTS_CHECK_OK(hal_mem_free(buf));
+    CTS_CHECK_OK(hal_program_destroy(p));
+    return CTS_PASS;
+}
+
+/* The compiled GPU formats (cubin, fatbin) a device lists load and run the same kernels, with
+ * threads in a block; a cubin for another architecture is refused as an image. */
+int cts_program_gpu_binary_formats(cts_ctx_t *ctx)
+{
+    CTS_SKIP_UNLESS_CAP(ctx, HAL_DEVICE_CAP_PROGRAMS, "programs");
+    if (!loads(ctx, HAL_PROGRAM_FORMAT_CUBIN) && !loads(ctx, HAL_PROGRAM_FORMAT_FATBIN))
+        return cts_skip(ctx, "the device loads neither HAL_PROGRAM_FORMAT_CUBIN nor _FATBIN");
+    const hal_program_format_t formats[] = { HAL_PROGRAM_FORMAT_FATBIN, HAL_PROGRAM_FORMAT_CUBIN };
+    for (size_t f = 0; f < sizeof(formats) / sizeof(formats[0]); f++) {
+        if (!loads(ctx, formats[f]))
+            continue;
+        size_t size = 0;
+        int result = CTS_PASS;
+        void *image = read_image(ctx, formats[f], &size, &result);
+        if (!image)
+            return result;
+        if (formats[f] == HAL_PROGRAM_FORMAT_CUBIN) {
+            /* The fixture cubin is for sm_90 only. */
+            hal_program_t p = NULL;
+            hal_status_t st = hal_program_create(ctx->device, formats[f], image, size, &p);
+            if (st == HAL_ERROR_INVALID_ARGUMENT) {
+                CTS_CHECKF(strstr(hal_last_error_message(), "NoKernelImageForDevice") != NULL,
+                           "a refused sm_90 cubin: %s", hal_last_error_message());
+                CTS_CHECK(p == NULL);
+                continue;
+            }
+            CTS_CHECK_OK(st);
+            CTS_CHECK_OK(hal_program_destroy(p));
+        }
+        int r = run_add_from(ctx, formats[f], image, size);
+        if (r != CTS_PASS)
+            return r;
+        /* Truncated, the image is refused before the runtime reads past its end. */
+        hal_program_t p = NULL;
+        CTS_CHECK_STATUS(hal_program_create(ctx->device, formats[f], image, size - 1, &p),
+                         HAL_ERROR_INVALID_ARGUMENT);
+        CTS_CHECK(p == NULL);
+    }
     return CTS_PASS;
 }
 
 int cts_program_get_kernel(cts_ctx_t *ctx)
 {
-    SKIP_UNLESS_HOST_ELF(ctx);
+    SKIP_UNLESS_KERNELS(ctx);
     LOAD(ctx, p, add, "cts_add");
     hal_kernel_t again = NULL, other = NULL;
     CTS_CHECK_OK(hal_program_get_kernel(p, "cts_add", &again));
     CTS_CHECK(again == add);
-    CTS_CHECK_OK(hal_program_get_kernel(p, "cts_fail", &other));
+    CTS_CHECK_OK(hal_program_get_kernel(p, "cts_count_blocks", &other));
     CTS_CHECK(other != add);
     hal_kernel_info_t info = HAL_KERNEL_INFO_INIT;
     CTS_CHECK_OK(hal_kernel_get_info(add, &info));
@@ -173,7 +272,7 @@ int cts_program_get_kernel(cts_ctx_t *ctx)
 
 int cts_program_get_kernel_invalid(cts_ctx_t *ctx)
 {
-    SKIP_UNLESS_HOST_ELF(ctx);
+    SKIP_UNLESS_KERNELS(ctx);
     LOAD(ctx, p, k, "cts_add");
     hal_kernel_t none = NULL;
     CTS_CHECK_STATUS(hal_program_get_kernel(p, "no_such_kernel", &none), HAL_ERROR_NOT_FOUND);
@@ -199,7 +298,7 @@ int cts_program_get_kernel_invalid(cts_ctx_t *ctx)
 /* Every block of a 3-D grid runs exactly once, and the launch is done when the stream is. */
 int cts_program_launch_runs_every_block(cts_ctx_t *ctx)
 {
-    SKIP_UNLESS_HOST_ELF(ctx);
+    SKIP_UNLESS_KERNELS(ctx);
     LOAD(ctx, p, k, "cts_count_blocks");
     enum { GX = 5, GY = 3, GZ = 2, N = GX * GY * GZ };
     uint32_t *out = NULL;
@@ -222,7 +321,7 @@ int cts_program_launch_runs_every_block(cts_ctx_t *ctx)
  * events. */
 int cts_program_launch_ordering(cts_ctx_t *ctx)
 {
-    SKIP_UNLESS_HOST_ELF(ctx);
+    SKIP_UNLESS_KERNELS(ctx);
     LOAD(ctx, p, add, "cts_add");
     enum { N = 4096 };
     uint64_t *buf = NULL;
@@ -260,7 +359,7 @@ int cts_program_launch_ordering(cts_ctx_t *ctx)
 /* Every malformed launch is refused at enqueue with nothing run. */
 int cts_program_launch_invalid(cts_ctx_t *ctx)
 {
-    SKIP_UNLESS_HOST_ELF(ctx);
+    SKIP_UNLESS_KERNELS(ctx);
     LOAD(ctx, p, add, "cts_add");
     hal_kernel_t unsigned_kernel = NULL;
     CTS_CHECK_OK(hal_program_get_kernel(p, "cts_unsigned", &unsigned_kernel));
@@ -327,7 +426,8 @@ int cts_program_launch_invalid(cts_ctx_t *ctx)
 /* A block that fails latches its error, with its detail, on the stream. */
 int cts_program_kernel_error_latches(cts_ctx_t *ctx)
 {
-    SKIP_UNLESS_HOST_ELF(ctx);
+    SKIP_UNLESS_HOST_ELF(ctx, "(a GPU kernel can only fail by trapping, which leaves the device "
+                              "unusable for the rest of the process)");
     LOAD(ctx, p, fail, "cts_fail");
     hal_stream_t s = NULL;
     CTS_CHECK_OK(hal_stream_create(ctx->device, 0, &s));
@@ -349,7 +449,7 @@ int cts_program_kernel_error_latches(cts_ctx_t *ctx)
 /* Destroying a program with launches still queued: they run, the handles die at once. */
 int cts_program_destroy_with_pending_launches(cts_ctx_t *ctx)
 {
-    SKIP_UNLESS_HOST_ELF(ctx);
+    SKIP_UNLESS_KERNELS(ctx);
     CTS_SKIP_UNLESS_CAP(ctx, HAL_DEVICE_CAP_HOST_CALLBACKS, "host callbacks");
     LOAD(ctx, p, add, "cts_add");
     enum { N = 256 };
@@ -415,7 +515,7 @@ static void *launch_thread(void *arg)
 /* Threads launching one kernel on streams of their own at once. */
 int cts_program_concurrent_launches(cts_ctx_t *ctx)
 {
-    SKIP_UNLESS_HOST_ELF(ctx);
+    SKIP_UNLESS_KERNELS(ctx);
     LOAD(ctx, p, add, "cts_add");
     launcher_t l[LAUNCHERS];
     pthread_t t[LAUNCHERS];
@@ -440,7 +540,7 @@ int cts_program_concurrent_launches(cts_ctx_t *ctx)
 /* A program left alive is destroyed when the backend closes. */
 int cts_program_left_at_close(cts_ctx_t *ctx)
 {
-    SKIP_UNLESS_HOST_ELF(ctx);
+    SKIP_UNLESS_KERNELS(ctx);
     hal_program_t p = NULL;
     int loaded = load_kernels(ctx, &p);
     if (loaded != CTS_PASS)
@@ -536,7 +636,8 @@ static int forked_child(const cts_ctx_t *ctx, hal_kernel_t parent_kernel, hal_st
 
 int cts_program_fork_safety(cts_ctx_t *ctx)
 {
-    SKIP_UNLESS_HOST_ELF(ctx);
+    SKIP_UNLESS_HOST_ELF(
+        ctx, "(the child opens the backend afresh, which CUDA does not allow after fork)");
     size_t size = 0;
     int result = CTS_PASS;
     void *image = read_kernels(ctx, &size, &result);
