@@ -146,6 +146,11 @@ static const hal_backend_ops_t cuda_ops = {
     .group_begin = cuda_group_begin,
     .group_end = cuda_group_end,
 #endif
+    /* 1.2: programs (PTX, cubin, fatbin) through the runtime's library API. */
+    .program_create = cuda_program_create,
+    .program_destroy = cuda_program_destroy,
+    .program_get_kernel = cuda_program_get_kernel,
+    .kernel_launch = cuda_kernel_launch,
 };
 
 HAL_BACKEND_EXPORT hal_status_t hal_backend_get_ops(uint32_t host_api_version,

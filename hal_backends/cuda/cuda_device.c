@@ -27,6 +27,9 @@ void cuda_props_from_cuda(const struct cudaDeviceProp *prop, const cuda_device_f
         caps |= HAL_DEVICE_CAP_SHARED_MEMORY;
     if (facts->ipc)
         caps |= HAL_DEVICE_CAP_IPC;
+    /* Programs through the runtime's library API (cuda_program.c), on every device. */
+    caps |= HAL_DEVICE_CAP_PROGRAMS;
+    props->program_formats = CUDA_PROGRAM_FORMATS;
     if (facts->nccl_version > 0) {
         caps |= HAL_DEVICE_CAP_NATIVE_COLLECTIVES;
         if (facts->nccl_version >= CUDA_NCCL_FP8_VERSION && prop->major >= 9)
@@ -129,6 +132,7 @@ void cuda_device_close(void *device)
     if (cuda_guard_enter(d, &prev) == cudaSuccess)
         d->backend->rt.DeviceSynchronize();
     cuda_reap_frees(d, true);
+    cuda_reap_unloads(d, true);
     cuda_guard_leave(d, prev);
     d->backend->rt.GetLastError();
     pthread_mutex_destroy(&d->free_lock);
@@ -190,6 +194,7 @@ hal_status_t cuda_device_synchronize(void *device)
     pthread_mutex_unlock(&d->lock);
     free(pinned);
     cuda_reap_frees(d, false);
+    cuda_reap_unloads(d, false);
     return first;
 }
 

@@ -61,6 +61,19 @@ void cuda_mark_destroy(cuda_device_t *d, cuda_mark_t *m)
     free(m);
 }
 
+bool cuda_mark_reached(cuda_device_t *d, cuda_mark_t *m, bool wait)
+{
+    pthread_mutex_lock(&d->ev_lock);
+    while (wait && (!m->issued || m->refs > 0))
+        pthread_cond_wait(&d->ev_cv, &d->ev_lock);
+    bool issued = m->issued && m->refs == 0;
+    pthread_mutex_unlock(&d->ev_lock);
+    if (!issued)
+        return false;
+    const cuda_rt_t *rt = &d->backend->rt;
+    return (wait ? rt->EventSynchronize(m->h) : rt->EventQuery(m->h)) != cudaErrorNotReady;
+}
+
 /* Frees the event once its last reference went. Caller holds ev_lock. */
 static void event_free(cuda_event_t *e)
 {

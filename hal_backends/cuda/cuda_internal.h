@@ -101,7 +101,26 @@
     X(cudaError_t, MemsetAsync, (void *dst, int value, size_t count, cudaStream_t stream))        \
     X(cudaError_t, IpcGetMemHandle, (cudaIpcMemHandle_t * handle, void *ptr))                     \
     X(cudaError_t, IpcOpenMemHandle, (void **ptr, cudaIpcMemHandle_t handle, unsigned int flags)) \
-    X(cudaError_t, IpcCloseMemHandle, (void *ptr))
+    X(cudaError_t, IpcCloseMemHandle, (void *ptr))                                                \
+    X(cudaError_t, Memcpy, (void *dst, const void *src, size_t count, enum cudaMemcpyKind kind))  \
+    X(cudaError_t, LibraryLoadData,                                                               \
+      (cudaLibrary_t * library, const void *code, enum cudaJitOption *jit_options,                \
+       void **jit_values, unsigned int jit_count, enum cudaLibraryOption *library_options,        \
+       void **library_values, unsigned int library_count))                                        \
+    X(cudaError_t, LibraryUnload, (cudaLibrary_t library))                                        \
+    X(cudaError_t, LibraryGetKernel,                                                              \
+      (cudaKernel_t * kernel, cudaLibrary_t library, const char *name))                           \
+    X(cudaError_t, LibraryGetKernelCount, (unsigned int *count, cudaLibrary_t library))           \
+    X(cudaError_t, LibraryEnumerateKernels,                                                       \
+      (cudaKernel_t * kernels, unsigned int count, cudaLibrary_t library))                        \
+    X(cudaError_t, LibraryGetGlobal,                                                              \
+      (void **ptr, size_t *bytes, cudaLibrary_t library, const char *name))                       \
+    X(cudaError_t, FuncGetAttributes, (struct cudaFuncAttributes * attr, const void *func))       \
+    X(cudaError_t, FuncSetAttribute, (const void *func, enum cudaFuncAttribute attr, int value))  \
+    X(cudaError_t, FuncGetParamInfo,                                                              \
+      (const void *func, size_t index, size_t *offset, size_t *size))                             \
+    X(cudaError_t, LaunchKernelExC,                                                               \
+      (const cudaLaunchConfig_t *config, const void *func, void **args))
 
 #define CUDA_RT_FIELD(ret, name, params) ret(*name) params;
 
@@ -259,7 +278,8 @@ struct cuda_device {
     pthread_cond_t ev_cv;    /* a mark was issued */
 
     pthread_mutex_t free_lock;
-    cuda_pending_free_t *frees; /* newest first */
+    cuda_pending_free_t *frees;          /* newest first */
+    struct cuda_pending_unload *unloads; /* destroyed programs, under free_lock (cuda_program.c) */
 };
 
 /* Stream state bits (cuda_stream_t.state). */
@@ -274,7 +294,10 @@ typedef enum cuda_node_kind {
     CUDA_NODE_HOST_MEMSET, /* memset of pinned memory on the host */
     CUDA_NODE_RECORD,      /* cudaEventRecord of a mark */
     CUDA_NODE_WAIT,        /* cudaStreamWaitEvent on a mark, once it is issued */
+    CUDA_NODE_LAUNCH,      /* cudaLaunchKernelExC (cuda_program.c) */
 } cuda_node_kind_t;
+
+typedef struct cuda_launch cuda_launch_t; /* a queued kernel launch (cuda_program.c) */
 
 typedef struct cuda_node {
     struct cuda_node *next;
@@ -302,6 +325,7 @@ typedef struct cuda_node {
             cuda_event_t *event; /* NULL for marks of stream-ordered frees */
             cuda_mark_t *mark;
         } mark;
+        cuda_launch_t *launch; /* owned by the node */
     } u;
 } cuda_node_t;
 
@@ -397,6 +421,8 @@ hal_status_t cuda_stream_get_native_handle(void *stream, uintptr_t *native);
 /* Queues a node on the stream (switching it to deferred mode) and starts its worker if needed.
  * Takes ownership of node. */
 hal_status_t cuda_stream_push(cuda_stream_t *stream, cuda_node_t *node);
+/* Latches an error on the stream (the first one wins). Caller holds no stream lock. */
+void cuda_stream_latch(cuda_stream_t *stream, hal_status_t status, const char *msg);
 /* Returns the latched error (reporting its message), or HAL_OK. */
 hal_status_t cuda_stream_latched(cuda_stream_t *stream);
 /* Blocks until the stream is back in direct mode (its queue drained). */
@@ -422,6 +448,32 @@ void cuda_mark_run_wait(cuda_stream_t *stream, cuda_node_t *node);
 hal_status_t cuda_mark_record_free(cuda_stream_t *stream, cuda_mark_t **out);
 /* Destroys a mark of a stream-ordered free. */
 void cuda_mark_destroy(cuda_device_t *device, cuda_mark_t *mark);
+/* Whether the point a mark of cuda_mark_record_free records has been reached (or the device
+ * failed, which ends the wait too); with wait, blocks until then. device is the mark's. */
+bool cuda_mark_reached(cuda_device_t *device, cuda_mark_t *mark, bool wait);
+
+/* ---- programs (cuda_program.c) -------------------------------------------------------------- */
+hal_status_t cuda_program_create(void *device, hal_program_format_t format, const void *image,
+                                 size_t size, void **program);
+void cuda_program_destroy(void *program);
+hal_status_t cuda_program_get_kernel(void *program, const char *name, void **kernel,
+                                     hal_kernel_info_t *info);
+hal_status_t cuda_kernel_launch(void *stream, void *program, void *kernel,
+                                const hal_backend_launch_t *launch);
+/* Worker side of CUDA_NODE_LAUNCH (the stream's worker thread); frees the launch. */
+void cuda_launch_run(cuda_stream_t *stream, cuda_launch_t *launch);
+/* Unloads the destroyed programs whose launches completed; with wait, waits for them all. */
+void cuda_reap_unloads(cuda_device_t *device, bool wait);
+/* Checks that an image of a format is whole before the runtime parses it: a cubin's ELF header
+ * and a fatbin's header declare their size, which must fit in size (the runtime would read past
+ * a truncated image). PTX needs no check here (it is copied with a terminating NUL). Writes why
+ * to msg and returns HAL_ERROR_INVALID_ARGUMENT when it is not. Pure. */
+hal_status_t cuda_image_check(hal_program_format_t format, const void *image, size_t size,
+                              char *msg, size_t msg_size);
+/* The formats a device loads (hal_device_properties_t.program_formats). */
+#define CUDA_PROGRAM_FORMATS                                             \
+    ((1u << HAL_PROGRAM_FORMAT_PTX) | (1u << HAL_PROGRAM_FORMAT_CUBIN) | \
+     (1u << HAL_PROGRAM_FORMAT_FATBIN))
 
 /* ---- collectives (cuda_comm.c, with NCCL) --------------------------------------------------- */
 #if HAL_CUDA_WITH_NCCL

@@ -97,7 +97,7 @@ static const char *const rt_names[] = { CUDA_RT_FUNCS(CUDA_NAME) };
 #define RT_COUNT (sizeof(rt_names) / sizeof(rt_names[0]))
 
 /* The function-pointer fields of cuda_rt_t are laid out consecutively, in list order. */
-_Static_assert(offsetof(cuda_rt_t, IpcCloseMemHandle) - offsetof(cuda_rt_t, GetDeviceCount) ==
+_Static_assert(offsetof(cuda_rt_t, LaunchKernelExC) - offsetof(cuda_rt_t, GetDeviceCount) ==
                    (RT_COUNT - 1) * sizeof(void (*)(void)),
                "cuda_rt_t function pointers are not contiguous");
 

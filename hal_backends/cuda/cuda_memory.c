@@ -200,17 +200,7 @@ void cuda_reap_frees(cuda_device_t *d, bool wait)
         pending_entry_t *f = (pending_entry_t *)*pos;
         cuda_mark_t *m = f->base.mark;
         cuda_device_t *md = f->mark_device;
-        pthread_mutex_lock(&md->ev_lock);
-        while (wait && (!m->issued || m->refs > 0))
-            pthread_cond_wait(&md->ev_cv, &md->ev_lock);
-        bool issued = m->issued && m->refs == 0;
-        pthread_mutex_unlock(&md->ev_lock);
-        if (!issued) {
-            pos = &(*pos)->next;
-            continue;
-        }
-        cudaError_t err = wait ? rt->EventSynchronize(m->h) : rt->EventQuery(m->h);
-        if (err == cudaErrorNotReady) {
+        if (!cuda_mark_reached(md, m, wait)) {
             pos = &(*pos)->next;
             continue;
         }

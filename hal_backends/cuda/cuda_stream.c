@@ -46,6 +46,11 @@ static void latch(cuda_stream_t *s, hal_status_t st, const char *msg)
     pthread_mutex_unlock(&s->lock);
 }
 
+void cuda_stream_latch(cuda_stream_t *s, hal_status_t st, const char *msg)
+{
+    latch(s, st, msg);
+}
+
 hal_status_t cuda_stream_latched(cuda_stream_t *s)
 {
     if ((atomic_load_explicit(&s->state, memory_order_acquire) & CUDA_STREAM_LATCHED) == 0)
@@ -141,6 +146,9 @@ static void run_node(cuda_stream_t *s, cuda_node_t *node)
         break;
     case CUDA_NODE_WAIT:
         cuda_mark_run_wait(s, node);
+        break;
+    case CUDA_NODE_LAUNCH:
+        cuda_launch_run(s, node->u.launch);
         break;
     }
 }

@@ -4,6 +4,7 @@ BUILD files cannot branch, so the branching lives in these macros.
 """
 
 load("@local_cuda//:defs.bzl", "CUDART_FOUND", "CUDA_FOUND", "CUDA_REASON", "NCCL_FOUND")
+load("//conformance:defs.bzl", "CTS_GPU_KERNELS")
 load("//tools:backend.bzl", "hal_backend_library")
 load("//tools:copts.bzl", "HAL_BACKEND_COPTS")
 
@@ -13,6 +14,7 @@ CUDA_SRCS = [
     "cuda_event.c",
     "cuda_loader.c",
     "cuda_memory.c",
+    "cuda_program.c",
     "cuda_status.c",
     "cuda_stream.c",
 ] + (["cuda_comm.c"] if NCCL_FOUND else [])
@@ -122,12 +124,18 @@ def cuda_test_targets():
         cuda_skipped_test(name = "cuda_backend_skipped")
         return
 
-    # Internals: status mappings, property translation. No CUDA library involved.
+    # Internals: status mappings, property translation, image checks (on the conformance
+    # suite's cubin and fatbin, where nvcc built them). No CUDA library involved.
     native.cc_test(
         name = "cuda_unit_test",
         size = "small",
         srcs = ["cuda_unit_test.c"],
         copts = CUDA_COPTS,
+        data = CTS_GPU_KERNELS,
+        env = {
+            "CUDA_TEST_CUBIN": "$(rootpath //conformance:cts_kernels.cubin)",
+            "CUDA_TEST_FATBIN": "$(rootpath //conformance:cts_kernels.fatbin)",
+        } if CTS_GPU_KERNELS else {},
         linkstatic = True,
         deps = [
             "//hal",

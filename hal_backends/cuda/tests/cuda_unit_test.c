@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* CUDA backend internals that need no GPU and no CUDA library: the CUDA and NCCL status
- * mappings, messages, the translation of a filled cudaDeviceProp into HAL properties, and the
- * IPC handle room check. */
+ * mappings, messages, the translation of a filled cudaDeviceProp into HAL properties, the
+ * IPC handle room check, and the whole-image check of cubins and fatbins (on the images nvcc
+ * built for the conformance suite). */
+#include <elf.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "hal_backends/cuda/cuda_internal.h"
@@ -133,6 +136,10 @@ CTEST(CudaUnit, PropertiesFromCuda)
     CTEST_CHECK(props.capabilities & HAL_DEVICE_CAP_IPC);
     CTEST_CHECK(props.capabilities & HAL_DEVICE_CAP_NATIVE_COLLECTIVES);
     CTEST_CHECK(props.capabilities & HAL_DEVICE_CAP_FP8_COLLECTIVES);
+    CTEST_CHECK(props.capabilities & HAL_DEVICE_CAP_PROGRAMS);
+    CTEST_CHECK(props.program_formats ==
+                ((1u << HAL_PROGRAM_FORMAT_PTX) | (1u << HAL_PROGRAM_FORMAT_CUBIN) |
+                 (1u << HAL_PROGRAM_FORMAT_FATBIN)));
 
     /* Without concurrent managed access there is no shared kind; without NCCL no native (and no
      * fp8) collectives; NCCL before 2.24, or a GPU before Hopper, has no fp8. */
@@ -188,5 +195,72 @@ CTEST(CudaUnit, IpcHandleRoom)
     CTEST_CHECK(!cuda_ipc_handle_fits(&h));
     memset(&h, 0x5a, sizeof(h));
     CTEST_CHECK(!cuda_ipc_handle_fits(&h));
+    return CTEST_PASS;
+}
+
+/* The bytes of the image named by an environment variable (set by the BUILD file), or NULL. */
+static unsigned char *read_image(const char *env, size_t *size)
+{
+    const char *path = getenv(env);
+    FILE *f = path != NULL ? fopen(path, "rb") : NULL;
+    if (f == NULL) {
+        fprintf(stderr, "cannot open %s=%s\n", env, path != NULL ? path : "(unset)");
+        return NULL;
+    }
+    unsigned char *buf = malloc(1 << 20);
+    *size = buf != NULL ? fread(buf, 1, 1 << 20, f) : 0;
+    fclose(f);
+    return buf;
+}
+
+CTEST(CudaUnit, FatbinWholeImageCheck)
+{
+    size_t size = 0;
+    unsigned char *image = read_image("CUDA_TEST_FATBIN", &size);
+    CTEST_CHECK(image != NULL && size > 16);
+    char msg[256];
+    CTEST_CHECK(cuda_image_check(HAL_PROGRAM_FORMAT_FATBIN, image, size, msg, sizeof(msg)) ==
+                HAL_OK);
+    CTEST_CHECK(cuda_image_check(HAL_PROGRAM_FORMAT_FATBIN, image, size - 1, msg, sizeof(msg)) ==
+                HAL_ERROR_INVALID_ARGUMENT);
+    CTEST_CHECK(strstr(msg, "declares") != NULL);
+    CTEST_CHECK(cuda_image_check(HAL_PROGRAM_FORMAT_FATBIN, image, 8, msg, sizeof(msg)) ==
+                HAL_ERROR_INVALID_ARGUMENT);
+    image[0] ^= 0xff;
+    CTEST_CHECK(cuda_image_check(HAL_PROGRAM_FORMAT_FATBIN, image, size, msg, sizeof(msg)) ==
+                HAL_ERROR_INVALID_ARGUMENT);
+    CTEST_CHECK(strstr(msg, "not a fatbin") != NULL);
+    /* A size field that wraps around. */
+    image[0] ^= 0xff;
+    memset(image + 8, 0xff, 8);
+    CTEST_CHECK(cuda_image_check(HAL_PROGRAM_FORMAT_FATBIN, image, size, msg, sizeof(msg)) ==
+                HAL_ERROR_INVALID_ARGUMENT);
+    free(image);
+    return CTEST_PASS;
+}
+
+CTEST(CudaUnit, CubinWholeImageCheck)
+{
+    size_t size = 0;
+    unsigned char *image = read_image("CUDA_TEST_CUBIN", &size);
+    CTEST_CHECK(image != NULL && size > sizeof(Elf64_Ehdr));
+    char msg[256];
+    CTEST_CHECK(cuda_image_check(HAL_PROGRAM_FORMAT_CUBIN, image, size, msg, sizeof(msg)) ==
+                HAL_OK);
+    CTEST_CHECK(cuda_image_check(HAL_PROGRAM_FORMAT_CUBIN, image, size / 2, msg, sizeof(msg)) ==
+                HAL_ERROR_INVALID_ARGUMENT);
+    CTEST_CHECK(strstr(msg, "declares") != NULL);
+    CTEST_CHECK(cuda_image_check(HAL_PROGRAM_FORMAT_CUBIN, image, 16, msg, sizeof(msg)) ==
+                HAL_ERROR_INVALID_ARGUMENT);
+    image[EI_CLASS] = ELFCLASS32;
+    CTEST_CHECK(cuda_image_check(HAL_PROGRAM_FORMAT_CUBIN, image, size, msg, sizeof(msg)) ==
+                HAL_ERROR_INVALID_ARGUMENT);
+    static const char text[] = "not a cubin at all, only some text that is long enough";
+    CTEST_CHECK(cuda_image_check(HAL_PROGRAM_FORMAT_CUBIN, text, sizeof(text), msg, sizeof(msg)) ==
+                HAL_ERROR_INVALID_ARGUMENT);
+    CTEST_CHECK(strstr(msg, "no ELF header") != NULL);
+    /* PTX is left to the runtime's compiler. */
+    CTEST_CHECK(cuda_image_check(HAL_PROGRAM_FORMAT_PTX, text, 4, msg, sizeof(msg)) == HAL_OK);
+    free(image);
     return CTEST_PASS;
 }
