@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* hal-bench part "launch": the cost of a kernel launch through the HAL's program API, on
- * devices that load host shared objects (HAL_PROGRAM_FORMAT_HOST_ELF). An empty kernel of
- * libbench_kernels.so (bench_kernels.c, found next to hal_bench or at HAL_BENCH_KERNELS):
+ * devices that load host shared objects (HAL_PROGRAM_FORMAT_HOST_ELF) or PTX. An empty kernel
+ * of libbench_kernels.so (bench_kernels.c, found next to hal_bench or at HAL_BENCH_KERNELS), or
+ * of bench_kernels.ptx (bench_kernels.cu, next to hal_bench or at HAL_BENCH_KERNELS_PTX):
  *   1. enqueue cost: the time hal_kernel_launch takes to return, averaged over bursts of
  *      launches (the worker drains the stream meanwhile), against hal_memset_async of 1 byte
  *      measured the same way in the same run;
@@ -28,11 +29,15 @@ typedef struct launch_env {
     void *buf;
 } launch_env_t;
 
-/* Reads libbench_kernels.so into a malloc'd buffer. */
-static void *read_kernels(size_t *size)
+/* Reads the kernels in a format (libbench_kernels.so or bench_kernels.ptx, or the file its
+ * environment variable names) into a malloc'd buffer. */
+static void *read_kernels(hal_program_format_t format, size_t *size)
 {
+    bool ptx = format == HAL_PROGRAM_FORMAT_PTX;
+    const char *file = ptx ? "bench_kernels.ptx" : "libbench_kernels.so";
+    const char *var = ptx ? "HAL_BENCH_KERNELS_PTX" : "HAL_BENCH_KERNELS";
     char path[PATH_MAX];
-    const char *env = getenv("HAL_BENCH_KERNELS");
+    const char *env = getenv(var);
     if (env && *env) {
         snprintf(path, sizeof(path), "%s", env);
     } else {
@@ -42,7 +47,7 @@ static void *read_kernels(size_t *size)
         path[n] = '\0';
         char *slash = strrchr(path, '/');
         snprintf(slash ? slash + 1 : path, sizeof(path) - (size_t)(slash ? slash + 1 - path : 0),
-                 "libbench_kernels.so");
+                 "%s", file);
     }
     FILE *f = fopen(path, "rb");
     void *image = NULL;
@@ -57,8 +62,7 @@ static void *read_kernels(size_t *size)
     if (f)
         fclose(f);
     if (!image)
-        fprintf(stderr, "hal-bench: cannot read the benchmark kernels at %s (HAL_BENCH_KERNELS)\n",
-                path);
+        fprintf(stderr, "hal-bench: cannot read the benchmark kernels at %s (%s)\n", path, var);
     *size = (size_t)len;
     return image;
 }
@@ -135,21 +139,25 @@ static int run_backend(const char *name, const bench_options_t *opts, bench_targ
     BENCH_HAL_CHECK_GOTO(hal_device_get_properties(e.device, &props), out);
     printf("== hal-bench launch: backend %s, device 0 \"%s\", %s run\n", name, props.name,
            opts->quick ? "quick (indicative figures only)" : "full");
-    if (!(props.program_formats & (1u << HAL_PROGRAM_FORMAT_HOST_ELF))) {
-        printf("   the device does not load host shared objects: nothing to measure\n");
-        bench_target_add(targets, BENCH_NA, "no host_elf programs", "%s: launch enqueue <= %.0f us",
-                         name, ENQUEUE_TARGET_US);
-        bench_target_add(targets, BENCH_NA, "no host_elf programs",
+    hal_program_format_t format =
+        props.program_formats & (1u << HAL_PROGRAM_FORMAT_HOST_ELF) ? HAL_PROGRAM_FORMAT_HOST_ELF
+        : props.program_formats & (1u << HAL_PROGRAM_FORMAT_PTX)    ? HAL_PROGRAM_FORMAT_PTX
+                                                                    : HAL_PROGRAM_FORMAT_NONE;
+    if (format == HAL_PROGRAM_FORMAT_NONE) {
+        printf("   the device loads neither host shared objects nor PTX: nothing to measure\n");
+        bench_target_add(targets, BENCH_NA, "no host_elf or ptx programs",
+                         "%s: launch enqueue <= %.0f us", name, ENQUEUE_TARGET_US);
+        bench_target_add(targets, BENCH_NA, "no host_elf or ptx programs",
                          "%s: launch round trip p50 <= %.0f us", name, ROUND_TRIP_TARGET_US);
         rc = 0;
         goto out;
     }
     size_t size = 0;
-    image = read_kernels(&size);
+    image = read_kernels(format, &size);
     if (!image)
         goto out;
-    BENCH_HAL_CHECK_GOTO(
-        hal_program_create(e.device, HAL_PROGRAM_FORMAT_HOST_ELF, image, size, &program), out);
+    printf("   kernel bench_empty from a %s program\n", hal_program_format_name(format));
+    BENCH_HAL_CHECK_GOTO(hal_program_create(e.device, format, image, size, &program), out);
     BENCH_HAL_CHECK_GOTO(hal_program_get_kernel(program, "bench_empty", &e.kernel), out);
     BENCH_HAL_CHECK_GOTO(hal_stream_create(e.device, 0, &e.stream), out);
     BENCH_HAL_CHECK_GOTO(hal_mem_alloc(e.device, HAL_MEM_KIND_DEVICE, 4096, 0, &e.buf), out);

@@ -4,7 +4,7 @@ Every configuration the project runs is declared in //conformance:BUILD with thi
 backend or layer adds one line there.
 """
 
-load("@local_cuda//:defs.bzl", "NVCC")
+load("//tools:nvcc.bzl", "NVCC_FOUND", "nvcc_image")
 
 # Sharded (GoogleTest's sharding, applied before the areas' child processes start) so that no
 # shard comes near its timeout under ThreadSanitizer on two loaded cores.
@@ -19,21 +19,19 @@ _GPU_KERNEL_IMAGES = {
     "fatbin": "-fatbin -gencode arch=compute_90,code=sm_90 -gencode arch=compute_75,code=compute_75",
 }
 
-CTS_GPU_KERNELS = ["//conformance:cts_kernels.%s" % ext for ext in _GPU_KERNEL_IMAGES] if NVCC else []
+CTS_GPU_KERNELS = [
+    "//conformance:cts_kernels.%s" % ext
+    for ext in _GPU_KERNEL_IMAGES
+] if NVCC_FOUND else []
 
 def cts_gpu_kernel_images():
     """//conformance:cts_kernels.{ptx,cubin,fatbin} from fixtures/kernels.cu (with nvcc only)."""
-    if not NVCC:
-        return
     for ext, flags in _GPU_KERNEL_IMAGES.items():
-        native.genrule(
+        nvcc_image(
             name = "cts_kernels_" + ext,
-            srcs = ["fixtures/kernels.cu"],
-            outs = ["cts_kernels." + ext],
-            # A temporary directory of its own: nvcc names its files by process id, which
-            # repeats across sandboxes sharing /tmp.
-            cmd = ("t=$$(mktemp -d) && TMPDIR=$$t %s %s $< -o $@; r=$$?; rm -rf $$t; exit $$r" %
-                   (NVCC, flags)),
+            src = "fixtures/kernels.cu",
+            out = "cts_kernels." + ext,
+            flags = flags,
         )
 
 _FIXTURE_LIBS = [

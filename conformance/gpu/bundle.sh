@@ -3,7 +3,8 @@
 # nor GoogleTest, and puts it in out/gpu-bundle (git-ignored; it travels to that machine as a
 # carried path):
 #
-#   bin/hal_conformance, bin/hal_bench      the conformance harness, the benchmarks
+#   bin/hal_conformance, bin/hal_bench      the conformance harness, the benchmarks (with the
+#                                           launch part's kernels, bench_kernels.ptx)
 #   bin/cuda_api_test, bin/cuda_slot_test   the cuda backend's own tests that need a GPU
 #   backends/libhal_backend_{cuda,cpu}.so   the backends (HAL_BACKEND_PATH)
 #   fixtures/libcts_*.so, cts_kernels.*     the loader fixtures and the program area's kernels
@@ -53,6 +54,7 @@ GPU_KERNELS=(ptx cubin fatbin)
 TARGETS=(
     //conformance:hal_conformance
     //bench:hal_bench
+    //bench:bench_kernels.ptx
     //hal_backends/cpu:libhal_backend_cpu.so
     //hal_backends/cuda:libhal_backend_cuda.so
 )
@@ -75,6 +77,7 @@ put() { # put SRC DEST_DIR: a stripped copy
 }
 put "$BIN/conformance/hal_conformance" "$DEST/bin"
 put "$BIN/bench/hal_bench" "$DEST/bin"
+install -m 0644 "$BIN/bench/bench_kernels.ptx" "$DEST/bin/"
 put "$BIN/hal_backends/cpu/libhal_backend_cpu.so" "$DEST/backends"
 put "$BIN/hal_backends/cuda/libhal_backend_cuda.so" "$DEST/backends"
 for t in "${CUDA_TESTS[@]}"; do put "$BIN/hal_backends/cuda/tests/$t" "$DEST/bin"; done

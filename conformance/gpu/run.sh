@@ -220,7 +220,7 @@ build_from_source() {
         local hal_srcs=(hal/src/*.c hal/src/comm/*.c hal/layers/*.c hal/services/*.c)
         local backend_srcs=(hal_backends/cuda/cuda_*.c)
         local bench_srcs=(bench/hal_bench.c bench/bench_util.c bench/bench_mem*.c
-            bench/bench_coll*.c bench/bench_cuda.c)
+            bench/bench_coll*.c bench/bench_cuda.c bench/bench_launch.c)
         printf '%s\n' "${hal_srcs[@]}" | xargs -P "$(nproc)" -I{} sh -c \
             "$cc ${flags[*]} -c {} -o $out/obj/\$(echo {} | tr / _).o" &&
             "$cc" "${flags[@]}" "${cuda_flags[@]}" -shared -o "$out/backends/libhal_backend_cuda.so" \
@@ -229,6 +229,13 @@ build_from_source() {
                 -DHAL_BENCH_WITH_CUDA=1 -o "$out/hal_bench" "${bench_srcs[@]}" "$out"/obj/*.o \
                 -ldl -lrt -lm
     ) >>"$OUTDIR/run.log" 2>&1 || { log "from source: compilation failed (run.log)"; return 1; }
+    # The launch part's PTX kernel, where the toolkit has nvcc (else that part says it is
+    # missing).
+    if [ -x "$inc/../bin/nvcc" ]; then
+        "$inc/../bin/nvcc" -ptx -arch=compute_75 "$REPO/bench/bench_kernels.cu" \
+            -o "$out/bench_kernels.ptx" >>"$OUTDIR/run.log" 2>&1 ||
+            log "from source: nvcc could not build bench_kernels.ptx (run.log)"
+    fi
     BENCH="$out/hal_bench"
     BACKENDS="$out/backends"
     log "from source: built the HAL, the cuda backend and hal_bench"
@@ -342,6 +349,7 @@ if [ "$DRY_RUN" = 1 ]; then
     done
     [ ${#CUDA_TEST_RUNS[@]} -gt 0 ] || log "  (no backend tests: they need the bundle)"
     log "  $BENCH --part=cuda$([ "$QUICK" = 1 ] && echo ' --quick')"
+    log "  $BENCH --part=launch --backend=cuda$([ "$QUICK" = 1 ] && echo ' --quick')"
     [ "$GPU_OK" = 1 ] || log "dry run: and this machine has no CUDA device (see above)"
     if [ -n "$CONFORMANCE" ]; then
         "$CONFORMANCE" --help >/dev/null 2>&1 && log "dry run: the harness starts" ||
@@ -439,6 +447,16 @@ bench_args=(--part=cuda)
 timeout -k 5 "$t" "$BENCH" "${bench_args[@]}" >"$OUTDIR/bench.txt" 2>&1 || rc=$?
 log "bench: $(grep -E '^bench cuda:' "$OUTDIR/bench.txt" || echo 'no summary line') (exit $rc)"
 [ "$rc" = 0 ] || fail_step "bench (exit $rc)"
+
+# Kernel launches through the HAL's program API (an empty PTX kernel), next to a 1-byte memset.
+t=$(step_timeout 60)
+log "bench: hal_bench --part=launch --backend=cuda (timeout ${t}s)"
+rc=0
+bench_args=(--part=launch --backend=cuda)
+[ "$QUICK" = 1 ] && bench_args+=(--quick)
+timeout -k 5 "$t" "$BENCH" "${bench_args[@]}" >>"$OUTDIR/bench.txt" 2>&1 || rc=$?
+log "bench launch: $(grep -E 'launch (enqueue|round trip)' "$OUTDIR/bench.txt" | tr '\n' ';' || true) (exit $rc)"
+[ "$rc" = 0 ] || fail_step "bench launch (exit $rc)"
 
 # ---- end ---------------------------------------------------------------------------------------
 
