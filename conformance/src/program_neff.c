@@ -108,6 +108,18 @@ static int check_sum(const float *host, float added)
     return CTS_PASS;
 }
 
+/* Copies `from` back on s, checks that it holds i + added, and frees the three buffers. */
+static int expect_sum_and_free(float *from, hal_stream_t s, float added, float *buf[3])
+{
+    static _Thread_local float host[N];
+    CTS_CHECK_OK(cts_copy_sync(host, from, BYTES, s));
+    if (check_sum(host, added) != CTS_PASS)
+        return CTS_FAIL;
+    for (int i = 0; i < 3; i++)
+        CTS_CHECK_OK(hal_mem_free(buf[i]));
+    return CTS_PASS;
+}
+
 /* The kernel's signature is the model's tensors; a launch is ordered after the copies before it
  * on its stream and, through an event, before a launch on another stream. */
 int cts_program_neff_launch_ordering(cts_ctx_t *ctx)
@@ -135,15 +147,10 @@ int cts_program_neff_launch_ordering(cts_ctx_t *ctx)
     CTS_CHECK_OK(hal_event_record(ev, s));
     CTS_CHECK_OK(hal_stream_wait_event(other, ev));
     CTS_CHECK_OK(hal_kernel_launch(other, k, &ONE, second, 3)); /* a = out + 1 */
-    static float host[N];
-    CTS_CHECK_OK(hal_memcpy_async(host, buf[0], BYTES, other));
-    CTS_CHECK_OK(hal_stream_synchronize(other));
-    if (check_sum(host, 2.0f) != CTS_PASS)
+    if (expect_sum_and_free(buf[0], other, 2.0f, buf) != CTS_PASS)
         return CTS_FAIL;
     CTS_CHECK_OK(hal_event_destroy(ev));
     CTS_CHECK_OK(hal_stream_destroy(other));
-    for (int i = 0; i < 3; i++)
-        CTS_CHECK_OK(hal_mem_free(buf[i]));
     CTS_CHECK_OK(hal_program_destroy(p));
     return CTS_PASS;
 }
@@ -191,13 +198,7 @@ int cts_program_neff_destroy_with_pending_launches(cts_ctx_t *ctx)
     CTS_CHECK_OK(hal_program_destroy(p));
     CTS_CHECK_STATUS(hal_kernel_launch(s, k, &ONE, args, 3), HAL_ERROR_INVALID_HANDLE);
     cts_gate_open(gate);
-    static float host[N];
-    CTS_CHECK_OK(cts_copy_sync(host, buf[2], BYTES, s));
-    if (check_sum(host, 1.0f) != CTS_PASS)
-        return CTS_FAIL;
-    for (int i = 0; i < 3; i++)
-        CTS_CHECK_OK(hal_mem_free(buf[i]));
-    return CTS_PASS;
+    return expect_sum_and_free(buf[2], s, 1.0f, buf);
 }
 
 typedef struct neff_launcher {
@@ -299,12 +300,8 @@ int cts_program_neff_fork_safety(cts_ctx_t *ctx)
                WIFEXITED(wstatus) ? "exited with" : "was killed by signal",
                WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : WTERMSIG(wstatus));
     CTS_CHECK_OK(hal_kernel_launch(s, k, &ONE, args, 3));
-    static float host[N];
-    CTS_CHECK_OK(cts_copy_sync(host, buf[2], BYTES, s));
-    if (check_sum(host, 1.0f) != CTS_PASS)
+    if (expect_sum_and_free(buf[2], s, 1.0f, buf) != CTS_PASS)
         return CTS_FAIL;
-    for (int i = 0; i < 3; i++)
-        CTS_CHECK_OK(hal_mem_free(buf[i]));
     CTS_CHECK_OK(hal_program_destroy(p));
     return CTS_PASS;
 }

@@ -149,6 +149,39 @@ hal_status_t cuda_device_get_properties(void *device, hal_device_properties_t *p
     return HAL_OK;
 }
 
+hal_status_t cuda_device_pin_streams(cuda_device_t *d, cuda_stream_t ***pinned, size_t *n)
+{
+    pthread_mutex_lock(&d->lock);
+    size_t count = 0;
+    for (cuda_stream_t *s = d->streams; s != NULL; s = s->next)
+        count++;
+    cuda_stream_t **list = count > 0 ? malloc(count * sizeof(*list)) : NULL;
+    if (count > 0 && list == NULL) {
+        pthread_mutex_unlock(&d->lock);
+        *pinned = NULL;
+        *n = 0;
+        return HAL_ERROR_OUT_OF_HOST_MEMORY;
+    }
+    size_t i = 0;
+    for (cuda_stream_t *s = d->streams; s != NULL; s = s->next) {
+        s->refs++;
+        list[i++] = s;
+    }
+    pthread_mutex_unlock(&d->lock);
+    *pinned = list;
+    *n = count;
+    return HAL_OK;
+}
+
+void cuda_device_unpin_streams(cuda_device_t *d, cuda_stream_t **pinned, size_t n)
+{
+    pthread_mutex_lock(&d->lock);
+    for (size_t i = 0; i < n; i++)
+        cuda_stream_unref(pinned[i]);
+    pthread_mutex_unlock(&d->lock);
+    free(pinned);
+}
+
 /* Waits for every stream's queued host work, then for the device (which also covers work others
  * put on the device's streams through the native handles). Returns the first error latched on
  * any stream, else the device's. */
@@ -156,24 +189,13 @@ hal_status_t cuda_device_synchronize(void *device)
 {
     cuda_device_t *d = device;
     cuda_backend_t *backend = d->backend;
-    /* Pin the streams, so that none is freed while this waits without the lock. */
-    pthread_mutex_lock(&d->lock);
-    size_t n = 0;
-    for (cuda_stream_t *s = d->streams; s != NULL; s = s->next)
-        n++;
-    cuda_stream_t **pinned = n > 0 ? malloc(n * sizeof(*pinned)) : NULL;
-    if (n > 0 && pinned == NULL) {
-        pthread_mutex_unlock(&d->lock);
+    /* Pinned, so that no stream is freed while this waits without the lock. */
+    cuda_stream_t **pinned = NULL;
+    size_t n = 0, i;
+    if (cuda_device_pin_streams(d, &pinned, &n) != HAL_OK) {
         cuda_set_error(backend, "malloc failed while synchronizing device %d", d->ordinal);
         return HAL_ERROR_OUT_OF_HOST_MEMORY;
     }
-    size_t i = 0;
-    for (cuda_stream_t *s = d->streams; s != NULL; s = s->next) {
-        s->refs++;
-        pinned[i++] = s;
-    }
-    pthread_mutex_unlock(&d->lock);
-
     for (i = 0; i < n; i++)
         cuda_stream_wait_nodes(pinned[i]);
     int prev;
@@ -188,11 +210,7 @@ hal_status_t cuda_device_synchronize(void *device)
     if (first == HAL_OK && err != cudaSuccess)
         first =
             cuda_fail(backend, err, CUDA_OP_OTHER, "cudaDeviceSynchronize (device %d)", d->ordinal);
-    pthread_mutex_lock(&d->lock);
-    for (i = 0; i < n; i++)
-        cuda_stream_unref(pinned[i]);
-    pthread_mutex_unlock(&d->lock);
-    free(pinned);
+    cuda_device_unpin_streams(d, pinned, n);
     cuda_reap_frees(d, false);
     cuda_reap_unloads(d, false);
     return first;

@@ -388,6 +388,12 @@ hal_status_t cuda_device_get_properties(void *device, hal_device_properties_t *p
 hal_status_t cuda_device_synchronize(void *device);
 hal_status_t cuda_device_get_native_handle(void *device, uintptr_t *native);
 hal_status_t cuda_device_get_free_memory(void *device, uint64_t *free_bytes);
+/* Takes a reference on every stream of the device (so that none is freed while the caller uses
+ * it without the device's lock): *pinned (malloc'd, NULL when there is none) and *n.
+ * HAL_ERROR_OUT_OF_HOST_MEMORY: nothing is pinned. */
+hal_status_t cuda_device_pin_streams(cuda_device_t *device, cuda_stream_t ***pinned, size_t *n);
+/* Drops what cuda_device_pin_streams took and frees the list. */
+void cuda_device_unpin_streams(cuda_device_t *device, cuda_stream_t **pinned, size_t n);
 
 /* ---- memory (cuda_memory.c) ----------------------------------------------------------------- */
 hal_status_t cuda_mem_alloc(void *device, hal_mem_kind_t kind, size_t size, size_t alignment,

@@ -59,10 +59,10 @@ typedef struct cuda_pending_unload {
 
 /* A launch as issued, or as queued in deferred mode (then it may run after the program was
  * destroyed: it holds the native kernel, alive until the library is unloaded, which waits for
- * the launch, and a copy of the name). */
+ * the launch, and a copy of the name, made only when queued). */
 struct cuda_launch {
     cudaKernel_t kernel;
-    char name[HAL_KERNEL_NAME_MAX]; /* for messages */
+    char name[HAL_KERNEL_NAME_MAX]; /* for messages of a queued launch */
     cudaLaunchConfig_t config;
     uint32_t nargs;
     void *argv[HAL_KERNEL_ARGS_MAX];
@@ -301,48 +301,30 @@ void cuda_program_destroy(void *program)
     cuda_program_t *p = program;
     cuda_device_t *d = p->device;
     const cuda_backend_t *b = d->backend;
-    cuda_pending_unload_t *u = calloc(1, sizeof(*u));
-    /* Pin the streams (as device_synchronize does) and record a mark on each. */
-    pthread_mutex_lock(&d->lock);
+    cuda_stream_t **pinned = NULL;
     size_t n = 0;
-    for (cuda_stream_t *s = d->streams; s != NULL; s = s->next)
-        n++;
-    cuda_stream_t **pinned = n > 0 ? calloc(n, sizeof(*pinned)) : NULL;
-    if (u != NULL && n > 0)
+    cuda_pending_unload_t *u = calloc(1, sizeof(*u));
+    bool tracked = u != NULL && cuda_device_pin_streams(d, &pinned, &n) == HAL_OK;
+    if (tracked && n > 0) {
         u->marks = calloc(n, sizeof(*u->marks));
-    bool bookkept = u != NULL && (n == 0 || (pinned != NULL && u->marks != NULL));
-    if (bookkept) {
-        size_t i = 0;
-        for (cuda_stream_t *s = d->streams; s != NULL; s = s->next) {
-            s->refs++;
-            pinned[i++] = s;
-        }
+        tracked = u->marks != NULL;
     }
-    pthread_mutex_unlock(&d->lock);
-    if (!bookkept) {
-        /* No memory to wait without blocking: wait for the device, then unload. */
-        free(pinned);
-        if (u != NULL)
-            free(u->marks);
-        free(u);
-        cuda_device_synchronize(d);
-        unload(d, p->lib);
-    } else {
+    if (tracked) {
         u->lib = p->lib;
         u->nmarks = n;
         for (size_t i = 0; i < n; i++)
             if (cuda_mark_record_free(pinned[i], &u->marks[i]) != HAL_OK)
                 u->marks[i] = NULL; /* unloaded at device close */
-        pthread_mutex_lock(&d->lock);
-        for (size_t i = 0; i < n; i++)
-            cuda_stream_unref(pinned[i]);
-        pthread_mutex_unlock(&d->lock);
-        free(pinned);
         pthread_mutex_lock(&d->free_lock);
         u->next = d->unloads;
         d->unloads = u;
         pthread_mutex_unlock(&d->free_lock);
+    } else {
+        /* Without memory to track its launches the library stays loaded for the life of the
+         * process: unloading it under launches not yet run would fault them. */
+        free(u);
     }
+    cuda_device_unpin_streams(d, pinned, n);
     b->rt.GetLastError();
     cuda_kernel_t *k = p->kernels;
     while (k != NULL) {
@@ -376,7 +358,7 @@ static hal_status_t read_signature(const cuda_program_t *p, const char *name,
         return cuda_fail(b, err, CUDA_OP_OTHER, "cudaLibraryGetGlobal(\"%s\")", sym);
     char sig[HAL_KERNEL_ARGS_MAX + 2];
     if (bytes == 0 || bytes > sizeof(sig)) {
-        cuda_set_error(b, "%s has %zu bytes; a signature has 1..%d letters and a NUL", sym, bytes,
+        cuda_set_error(b, "%s has %zu bytes; a signature has 0..%d letters and a NUL", sym, bytes,
                        HAL_KERNEL_ARGS_MAX);
         return HAL_ERROR_INVALID_ARGUMENT;
     }
@@ -567,7 +549,6 @@ static void launch_fill(cuda_launch_t *r, cuda_kernel_t *k, const hal_backend_la
                         cudaStream_t stream)
 {
     r->kernel = k->h;
-    snprintf(r->name, sizeof(r->name), "%s", l->kernel_name);
     r->config = (cudaLaunchConfig_t){
         .gridDim = { l->grid[0], l->grid[1], l->grid[2] },
         .blockDim = { l->block[0], l->block[1], l->block[2] },
@@ -592,15 +573,15 @@ static cudaError_t launch_issue(const cuda_backend_t *b, cuda_launch_t *r)
 /* The status of a failed launch: a configuration the kernel or device cannot run is the
  * caller's. */
 static hal_status_t launch_fail(const cuda_backend_t *b, cudaError_t err, const cuda_launch_t *r,
-                                char *buf, size_t size)
+                                const char *name, char *buf, size_t size)
 {
     const cudaLaunchConfig_t *c = &r->config;
     hal_status_t st =
         cuda_fail_msg(b, err, CUDA_OP_OTHER, buf, size,
                       "cudaLaunchKernelExC(kernel \"%s\", grid %u x %u x %u, block %u x %u x %u, "
                       "%zu bytes of shared memory)",
-                      r->name, c->gridDim.x, c->gridDim.y, c->gridDim.z, c->blockDim.x,
-                      c->blockDim.y, c->blockDim.z, c->dynamicSmemBytes);
+                      name, c->gridDim.x, c->gridDim.y, c->gridDim.z, c->blockDim.x, c->blockDim.y,
+                      c->blockDim.z, c->dynamicSmemBytes);
     if (err == cudaErrorInvalidConfiguration || err == cudaErrorLaunchOutOfResources ||
         err == cudaErrorInvalidValue)
         return HAL_ERROR_INVALID_ARGUMENT;
@@ -632,7 +613,7 @@ hal_status_t cuda_kernel_launch(void *stream, void *program, void *kernel,
         if (err == cudaSuccess)
             return HAL_OK;
         char msg[CUDA_MSG_MAX];
-        st = launch_fail(b, err, &r, msg, sizeof(msg));
+        st = launch_fail(b, err, &r, l->kernel_name, msg, sizeof(msg));
         cuda_set_error(b, "%s", msg);
         b->rt.GetLastError();
         return st;
@@ -646,6 +627,7 @@ hal_status_t cuda_kernel_launch(void *stream, void *program, void *kernel,
         return HAL_ERROR_OUT_OF_HOST_MEMORY;
     }
     launch_fill(r, k, l, s->h);
+    snprintf(r->name, sizeof(r->name), "%s", l->kernel_name);
     node->kind = CUDA_NODE_LAUNCH;
     node->u.launch = r;
     return cuda_stream_push(s, node);
@@ -661,7 +643,7 @@ void cuda_launch_run(cuda_stream_t *s, cuda_launch_t *r)
         cudaError_t err = launch_issue(b, r);
         if (err != cudaSuccess) {
             char msg[CUDA_MSG_MAX];
-            hal_status_t st = launch_fail(b, err, r, msg, sizeof(msg));
+            hal_status_t st = launch_fail(b, err, r, r->name, msg, sizeof(msg));
             b->rt.GetLastError();
             cuda_stream_latch(s, st, msg);
         }
