@@ -60,6 +60,7 @@ def _load():
         ok, message = _C._open_backend(backend)
         if not ok:
             raise RuntimeError(message)
+        _warn_if_emulated(backend)
         _C._register()
         name = _C._device_type_name()
         torch.utils.rename_privateuse1_backend(name)
@@ -80,6 +81,34 @@ def _load():
             stacklevel=2,
         )
     return _loaded
+
+
+def _warn_if_emulated(backend):
+    """Warns once when the backend runs on the libnrt emulator this package bundles.
+
+    The Trainium backend takes the bundled emulator only when it found no Neuron runtime: on a
+    Trainium instance whose runtime is missing or misconfigured, a job would otherwise train on
+    the emulator without anyone knowing.
+    """
+    if os.environ.get("HAL_NEURON_LIBNRT"):
+        return  # a runtime (or the emulator) chosen by path is what the user asked for
+    emulator = os.path.join(_LIB_DIR, "libnrt.so.1")
+    try:  # RTLD_NOLOAD: a handle only if the backend already loaded this very file
+        import ctypes
+
+        ctypes.CDLL(emulator, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+    except OSError:
+        return
+    warnings.warn(
+        f"torch_hal: the HAL backend '{backend}' found no Neuron runtime and runs on the libnrt "
+        f"emulator bundled with torch_hal ({emulator}): devices are simulated on the host and "
+        "nothing runs on Trainium hardware. Install the Neuron runtime "
+        "(aws-neuronx-runtime-lib, /opt/aws/neuron/lib/libnrt.so.1) or point "
+        "HAL_NEURON_LIBNRT at its libnrt.so.1; HAL_NEURON_BUNDLED_LIBNRT=0 makes a missing "
+        "runtime an error instead.",
+        RuntimeWarning,
+        stacklevel=3,
+    )
 
 
 def _register_distributed():

@@ -93,12 +93,14 @@ _initialized = False
 def _lazy_init():
     """Called by torch before the first tensor is created on the device."""
     global _initialized
-    if _initialized:
-        return
+    # Checked first: a child forked after the parent initialized inherits _initialized.
     if _C._is_in_bad_fork():
         raise RuntimeError(
-            f"Cannot re-initialize {_C._device_type_name()} in a forked subprocess. Use the "
-            "'spawn' start method to use the device in subprocesses.")
+            f"Cannot re-initialize {_C._device_type_name()} in forked subprocess. To use "
+            f"{_C._device_type_name()} with multiprocessing, you must use the 'spawn' start "
+            "method")
+    if _initialized:
+        return
     _C._init()
     _initialized = True
 

@@ -83,6 +83,19 @@ struct HalGuardImpl final : public c10::impl::DeviceGuardImplInterface {
         return torch_hal::deviceCount();
     }
 
+    // Device memory holds any dtype's bytes and the fallback computes on them, except the
+    // quantized dtypes, which the device refuses (see refuseQuantized in aten/Ops.cpp).
+    c10::DeviceCapability getDeviceCapability(c10::Device d) const override
+    {
+        checkDevice(resolveDevice(d.index()));
+        c10::DeviceCapability cap;
+        for (c10::ScalarTypeIndex quantized :
+             { c10::kIndex_QInt8, c10::kIndex_QUInt8, c10::kIndex_QInt32, c10::kIndex_QUInt4x2,
+               c10::kIndex_QUInt2x4 })
+            cap.capability_data.capability_bits &= ~(1ULL << quantized);
+        return cap;
+    }
+
     // Events are created lazily by the first record, on the recording stream's device, as
     // CUDA's guard does; an event that was never recorded is complete.
     void record(void **event, const c10::Stream &stream, const c10::DeviceIndex device_index,

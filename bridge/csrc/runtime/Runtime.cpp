@@ -220,6 +220,11 @@ c10::DeviceIndex currentDevice() noexcept
     return tl_current_device;
 }
 
+c10::DeviceIndex resolveDevice(c10::DeviceIndex index) noexcept
+{
+    return index == -1 ? tl_current_device : index;
+}
+
 void setCurrentDevice(c10::DeviceIndex index)
 {
     DeviceState &dev = state(index);
@@ -285,12 +290,14 @@ std::vector<c10::StreamId> &threadStreams()
 
 c10::Stream defaultStream(c10::DeviceIndex index)
 {
+    index = resolveDevice(index);
     checkDevice(index);
     return makeStream(index, 0);
 }
 
 c10::Stream streamFromPool(c10::DeviceIndex index, bool high_priority)
 {
+    index = resolveDevice(index);
     DeviceState &dev = state(index);
     dev.initialized.store(true, std::memory_order_relaxed);
     size_t level = high_priority ? 1 : 0;
@@ -302,6 +309,7 @@ c10::Stream streamFromPool(c10::DeviceIndex index, bool high_priority)
 
 c10::Stream currentStream(c10::DeviceIndex index)
 {
+    index = resolveDevice(index);
     checkDevice(index);
     return makeStream(index, threadStreams()[static_cast<size_t>(index)]);
 }

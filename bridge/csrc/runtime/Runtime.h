@@ -78,6 +78,9 @@ c10::DeviceIndex deviceOfPointer(const void *ptr) noexcept;
 // ---- Current device (per thread, like CUDA; starts at 0) -------------------------------------
 
 c10::DeviceIndex currentDevice() noexcept;
+// -1 (a device given without an index, as torch.Stream("<device>") passes it) is the current
+// device; any other index is returned unchanged, to be checked by the caller.
+c10::DeviceIndex resolveDevice(c10::DeviceIndex index) noexcept;
 void setCurrentDevice(c10::DeviceIndex index);
 void setCurrentDeviceUnchecked(c10::DeviceIndex index) noexcept;
 c10::DeviceIndex exchangeDevice(c10::DeviceIndex index); // returns the previous device
