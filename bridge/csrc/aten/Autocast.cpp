@@ -9,6 +9,24 @@
 
 namespace torch_hal
 {
+namespace
+{
+
+// CUDA's autocast bans this op (its message, word for word): in lower precision its log()
+// saturates, and the fused form is the fix.
+at::Tensor binaryCrossEntropyBanned(const at::Tensor & /*self*/, const at::Tensor & /*target*/,
+                                    const std::optional<at::Tensor> & /*weight*/,
+                                    int64_t /*reduction*/)
+{
+    TORCH_CHECK(false, "torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe "
+                       "to autocast.\nMany models use a sigmoid layer right before the binary "
+                       "cross entropy layer.\nIn this case, combine the two layers using "
+                       "torch.nn.functional.binary_cross_entropy_with_logits\nor "
+                       "torch.nn.BCEWithLogitsLoss.  binary_cross_entropy_with_logits and "
+                       "BCEWithLogits are\nsafe to autocast.");
+}
+
+} // namespace
 
 void registerAutocast()
 {
@@ -35,6 +53,7 @@ void registerAutocast()
 #undef TORCH_HAL_FP32
 #undef TORCH_HAL_FP32_SET_OPT_DTYPE
 #undef TORCH_HAL_PROMOTE
+    m.impl("binary_cross_entropy", TORCH_FN(binaryCrossEntropyBanned));
 
     // PyTorch's default for PrivateUse1 is float16. The setting is thread-local: this sets it
     // for the thread that loads torch_hal (normally the main thread).

@@ -394,6 +394,29 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable
     return { stack[0].toTensor(), stack[1].toTensor(), stack[2].toTensor() };
 }
 
+// ---- Quantized tensors: refused -------------------------------------------------------------
+
+// A quantized tensor needs the QuantizedPrivateUse1 kernels, which neither PyTorch nor the
+// fallback has: one would be created and then fail on every use. Creating one fails instead.
+void refuseQuantized(const c10::OperatorHandle &op, torch::jit::Stack * /*stack*/)
+{
+    TORCH_CHECK_NOT_IMPLEMENTED(false, "torch_hal (backend '", backendName(),
+                                "'): ", op.schema().name(),
+                                ": quantized tensors are not supported on ", deviceTypeName(),
+                                " devices; quantize on the CPU (tensor.cpu()) instead");
+}
+
+constexpr const char *kQuantizedFactories[] = {
+    "quantize_per_tensor",
+    "quantize_per_tensor.tensor_qparams",
+    "quantize_per_tensor.tensors",
+    "quantize_per_tensor_dynamic",
+    "quantize_per_channel",
+    "_empty_affine_quantized",
+    "_empty_per_channel_affine_quantized",
+    "empty_quantized",
+};
+
 } // namespace
 
 void registerOperators()
@@ -421,6 +444,13 @@ void registerOperators()
     m->impl("record_stream", TORCH_FN(record_stream));
     m->impl("convolution_overrideable", TORCH_FN(convolution_overrideable));
     m->impl("convolution_backward_overrideable", TORCH_FN(convolution_backward_overrideable));
+    for (const char *name : kQuantizedFactories)
+        m->impl(name, torch::CppFunction::makeFromBoxedFunction<&refuseQuantized>());
+    // What dispatches on a quantized device tensor, such as the empty_quantized that
+    // quantized_cpu_tensor.to("<device>") calls, is refused the same way.
+    static auto *quantized = new torch::Library(
+        torch::Library::IMPL, "_", c10::DispatchKey::QuantizedPrivateUse1, __FILE__, __LINE__);
+    quantized->fallback(torch::CppFunction::makeFromBoxedFunction<&refuseQuantized>());
 
     // The conjugate and negative-bit fallbacks materialise lazily conjugated/negated inputs
     // with clone(), which copies through _copy_from again: endless recursion. The copy kernels

@@ -33,6 +33,9 @@ void registerAll()
         registerOperators();
         registerFallback();
         registerAutocast();
+        registerRnnCells();
+        registerAttention();
+        registerProfilerStubs();
     });
 }
 

@@ -9,11 +9,14 @@
 namespace torch_hal
 {
 
-void registerGuard();     // DeviceGuardImplInterface (runtime/Guard.cpp)
-void registerHooks();     // allocators, hooks, generators (runtime/Hooks.cpp)
-void registerOperators(); // native kernels (aten/Ops.cpp)
-void registerFallback();  // the boxed CPU fallback (aten/Fallback.cpp)
-void registerAutocast();  // AutocastPrivateUse1 (aten/Autocast.cpp)
+void registerGuard();         // DeviceGuardImplInterface (runtime/Guard.cpp)
+void registerHooks();         // allocators, hooks, generators (runtime/Hooks.cpp)
+void registerOperators();     // native kernels (aten/Ops.cpp)
+void registerFallback();      // the boxed CPU fallback (aten/Fallback.cpp)
+void registerAutocast();      // AutocastPrivateUse1 (aten/Autocast.cpp)
+void registerRnnCells();      // the fused LSTM and GRU cells (aten/Rnn.cpp)
+void registerAttention();     // the fused attention kernels (aten/Attention.cpp)
+void registerProfilerStubs(); // the legacy profiler's device hooks (runtime/Profiler.cpp)
 
 // Registers everything above once; later calls do nothing.
 void registerAll();
