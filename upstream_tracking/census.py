@@ -37,9 +37,11 @@ site is put into one category:
                               a device module (``getattr(device_module, "_initialized", ...)``)
   device-chain-raises         an if/elif chain over device-type literals, "cuda" among them,
                               without a PrivateUse1 branch, that raises for any other device
-  backend-map-lookup          ``Backend.default_device_backend_map[...]`` outside a ``try``
+  backend-map-lookup          ``Backend.default_device_backend_map[key]`` outside a ``try``
                               that handles the ``KeyError`` of a device without a default
-                              backend
+                              backend and not guarded by ``key in ...default_device_backend_map``
+                              (an ``if``/conditional expression test or an earlier operand of
+                              ``and``)
 
 Sites in device-specific modules (``torch/cuda``, cuDNN, hipify, ...) and sites listed in
 ``census_allowlist.txt`` (legitimately CUDA-specific, e.g. NCCL-only branches) are counted as
@@ -143,6 +145,7 @@ class Visitor(ast.NodeVisitor):
         self.stack: list[str] = []
         self.sites: list[dict] = []
         self._keyerror_guarded = 0
+        self._map_guards: list[str] = []  # keys tested with `key in ...default_device_backend_map`
         self._chain_seen: set[int] = set()
 
     def add(self, node, category, snippet):
@@ -230,9 +233,32 @@ class Visitor(ast.NodeVisitor):
             isinstance(node.ctx, ast.Load)
             and ast.unparse(node.value).endswith("default_device_backend_map")
             and not self._keyerror_guarded
+            and ast.unparse(node.slice) not in self._map_guards
         ):
             self.add(node, "backend-map-lookup", ast.unparse(node))
         self.generic_visit(node)
+
+    def _visit_guarded(self, test, body):
+        """Visits body (a node or a list of statements) with the backend-map keys that test
+        checks for membership as guards."""
+        keys = _map_membership_keys(test)
+        self._map_guards += keys
+        for n in body if isinstance(body, list) else [body]:
+            self.visit(n)
+        del self._map_guards[len(self._map_guards) - len(keys):]
+
+    def visit_IfExp(self, node):
+        self.visit(node.test)
+        self._visit_guarded(node.test, node.body)
+        self.visit(node.orelse)
+
+    def visit_BoolOp(self, node):
+        if not isinstance(node.op, ast.And):
+            self.generic_visit(node)
+            return
+        self.visit(node.values[0])
+        for i, value in enumerate(node.values[1:], 1):
+            self._visit_guarded(ast.BoolOp(op=ast.And(), values=node.values[:i]), value)
 
     def visit_If(self, node):
         if id(node) not in self._chain_seen:
@@ -253,7 +279,10 @@ class Visitor(ast.NodeVisitor):
             ):
                 self.add(node, "device-chain-raises",
                          f"if/elif over {sorted(devices)}, else: {ast.unparse(last[0])}")
-        self.generic_visit(node)
+        self.visit(node.test)
+        self._visit_guarded(node.test, node.body)
+        for stmt in node.orelse:
+            self.visit(stmt)
 
     def visit_Import(self, node):
         for alias in node.names:
@@ -290,6 +319,22 @@ def _handles_keyerror(handler) -> bool:
     if handler.type is None:
         return True
     return any(n in ast.unparse(handler.type) for n in KEYERROR_HANDLERS)
+
+
+def _map_membership_keys(test) -> list[str]:
+    """The keys that test (an ``if`` test, or the operands of an ``and``) requires to be in a
+    ``default_device_backend_map``: ``key in Backend.default_device_backend_map``."""
+    parts = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
+    keys = []
+    for part in parts:
+        if (
+            isinstance(part, ast.Compare)
+            and len(part.ops) == 1
+            and isinstance(part.ops[0], ast.In)
+            and ast.unparse(part.comparators[0]).endswith("default_device_backend_map")
+        ):
+            keys.append(ast.unparse(part.left))
+    return keys
 
 
 def _compared_device_literals(test) -> set[str]:

@@ -90,3 +90,32 @@ def test_cli_runs_on_a_tree(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "eager runtime + distributed: 18" in r.stdout
     assert "torch/amp/thing.py" in r.stdout
+
+
+def test_backend_map_lookup_guards(tmp_path):
+    # a lookup is a site unless a try handles its KeyError or a membership test guards its key
+    f = tmp_path / "torch" / "distributed" / "c10d.py"
+    f.parent.mkdir(parents=True)
+    f.write_text(textwrap.dedent('''
+        def init(acc, other):
+            if acc in Backend.default_device_backend_map and acc != "cpu":
+                a = Backend.default_device_backend_map[acc]          # guarded by the if
+            b = acc in Backend.default_device_backend_map and Backend.default_device_backend_map[acc]
+            c = (Backend.default_device_backend_map[acc]
+                 if acc in Backend.default_device_backend_map else None)
+            try:
+                d = Backend.default_device_backend_map[other]        # guarded by the try
+            except KeyError:
+                d = None
+            if other in Backend.default_device_backend_map:
+                pass
+            else:
+                e = Backend.default_device_backend_map[other]        # site: the else branch
+            if other in Backend.default_device_backend_map:
+                g = Backend.default_device_backend_map[acc]          # site: another key
+            return Backend.default_device_backend_map[acc]           # site: unguarded
+    '''))
+    (tmp_path / "torch" / "__init__.py").write_text("")
+    sites = census.scan(tmp_path, [])
+    lines = sorted(s["line"] for s in sites if s["category"] == "backend-map-lookup")
+    assert lines == [15, 17, 18]
