@@ -72,6 +72,31 @@ int cts_device_properties(cts_ctx_t *ctx)
     CTS_CHECK(strcmp(p.name, q.name) == 0 && strcmp(p.vendor, q.vendor) == 0);
     CTS_CHECK(p.total_memory == q.total_memory && p.capabilities == q.capabilities);
     CTS_CHECK(p.alignment == q.alignment && p.host_addressable == q.host_addressable);
+    CTS_CHECK(p.node_index == q.node_index && p.node_device_count == q.node_device_count);
+    return CTS_PASS;
+}
+
+/* The node position: inside the node's devices, at least as many as the backend opened, and
+ * increasing with the ordinal (distinct devices are distinct devices of the node). */
+int cts_device_node_position(cts_ctx_t *ctx)
+{
+    uint32_t previous = 0;
+    for (uint32_t i = 0; i < ctx->device_count; i++) {
+        hal_device_t d = NULL;
+        hal_device_properties_t p = HAL_DEVICE_PROPERTIES_INIT;
+        CTS_CHECK_OK(hal_device_get(ctx->backend, i, &d));
+        CTS_CHECK_OK(hal_device_get_properties(d, &p));
+        CTS_CHECKF(p.node_index < p.node_device_count,
+                   "device %u: node_index %u is not below node_device_count %u", i, p.node_index,
+                   p.node_device_count);
+        CTS_CHECKF(p.node_device_count >= ctx->device_count,
+                   "device %u: node_device_count %u is below the backend's %u devices", i,
+                   p.node_device_count, ctx->device_count);
+        CTS_CHECKF(i == 0 || p.node_index > previous,
+                   "device %u: node_index %u does not follow device %u's %u", i, p.node_index,
+                   i - 1, previous);
+        previous = p.node_index;
+    }
     return CTS_PASS;
 }
 
@@ -79,7 +104,7 @@ int cts_device_properties_invalid(cts_ctx_t *ctx)
 {
     hal_device_properties_t p;
     const size_t sizes[] = { 0, 1, sizeof(size_t), offsetof(hal_device_properties_t, capabilities),
-                             sizeof(p) - 1 };
+                             HAL_DEVICE_PROPERTIES_SIZE_1_0 - 1 };
     CTS_CHECK_STATUS(hal_device_get_properties(ctx->device, NULL), HAL_ERROR_INVALID_ARGUMENT);
     for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
         memset(&p, 0xa5, sizeof(p));
@@ -107,6 +132,26 @@ int cts_device_properties_struct_size_respected(cts_ctx_t *ctx)
     CTS_CHECKF(cts_bytes_find_other(s.tail, sizeof(s.tail), 0x5c) == sizeof(s.tail),
                "bytes past struct_size were written");
     CTS_CHECK(s.props.index == ctx->device_index);
+    return CTS_PASS;
+}
+
+/* A caller compiled against the 1.0 struct gets its fields and nothing past them. */
+int cts_device_properties_older_struct(cts_ctx_t *ctx)
+{
+    hal_device_properties_t full = HAL_DEVICE_PROPERTIES_INIT, old;
+    CTS_CHECK_OK(hal_device_get_properties(ctx->device, &full));
+    memset(&old, 0x5c, sizeof(old));
+    old.struct_size = HAL_DEVICE_PROPERTIES_SIZE_1_0;
+    old.next = NULL;
+    CTS_CHECK_OK(hal_device_get_properties(ctx->device, &old));
+    CTS_CHECK(old.struct_size == HAL_DEVICE_PROPERTIES_SIZE_1_0);
+    CTS_CHECK(strcmp(old.name, full.name) == 0 && old.index == full.index);
+    CTS_CHECK(old.capabilities == full.capabilities && old.alignment == full.alignment);
+    CTS_CHECK(old.program_formats == full.program_formats);
+    size_t tail = sizeof(old) - HAL_DEVICE_PROPERTIES_SIZE_1_0;
+    CTS_CHECKF(
+        cts_bytes_find_other((char *)&old + HAL_DEVICE_PROPERTIES_SIZE_1_0, tail, 0x5c) == tail,
+        "fields past a 1.0 struct_size (%zu) were written", (size_t)HAL_DEVICE_PROPERTIES_SIZE_1_0);
     return CTS_PASS;
 }
 

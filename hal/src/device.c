@@ -88,6 +88,30 @@ void hal_device_remove_stream_listener(struct hal_device_s *device, hal_stream_l
 }
 
 /* A device may advertise a capability only with the slots the spec ties to it. */
+/* Fills in the node position of a backend that gives none, and refuses one that contradicts
+ * itself: node_index < node_device_count, at least as many node devices as opened ones, and
+ * indices increasing with the device ordinal (so that each is distinct). */
+static hal_status_t check_node_position(struct hal_device_s *d, uint32_t count,
+                                        const struct hal_device_s *previous)
+{
+    hal_device_properties_t *p = &d->props;
+    if (p->node_device_count == 0) {
+        p->node_index = d->index;
+        p->node_device_count = count;
+    }
+    bool consistent = p->node_index < p->node_device_count && p->node_device_count >= count;
+    if (previous)
+        consistent = consistent && p->node_index > previous->props.node_index &&
+                     p->node_device_count == previous->props.node_device_count;
+    if (consistent)
+        return HAL_OK;
+    return hal_error(HAL_ERROR_BACKEND_SPECIFIC, d->ops->name, "hal_backend_open",
+                     "device %u reports node position %u of %u devices, which contradicts the "
+                     "backend's %u devices%s",
+                     d->index, p->node_index, p->node_device_count, count,
+                     previous ? " or the position of the device before it" : "");
+}
+
 static hal_status_t check_capabilities(const struct hal_device_s *d)
 {
     const char *capability = NULL;
@@ -142,10 +166,12 @@ hal_status_t hal_device_open_all(struct hal_backend_s *b)
             d->props.program_formats &= (d->props.capabilities & HAL_DEVICE_CAP_PROGRAMS)
                                             ? ((1u << HAL_PROGRAM_FORMAT_COUNT) - 1u) & ~1u
                                             : 0u;
-            if (st == HAL_OK)
-                st = check_capabilities(d);
-            else
+            if (st != HAL_OK)
                 hal_finish(st, ops, call);
+            else
+                st = check_capabilities(d);
+            if (st == HAL_OK)
+                st = check_node_position(d, count, i > 0 ? b->devices[i - 1] : NULL);
             if (st != HAL_OK)
                 ops->device_close(d->impl);
         } else {
@@ -211,13 +237,14 @@ hal_status_t hal_device_get_properties(hal_device_t device, hal_device_propertie
     static const char call[] = "hal_device_get_properties";
     HAL_CHECK_DEVICE(device, call);
     HAL_CHECK_NOT_NULL(props, device->ops->name, call);
-    if (props->struct_size < sizeof(hal_device_properties_t))
+    if (props->struct_size < HAL_DEVICE_PROPERTIES_SIZE_1_0)
         return hal_error(HAL_ERROR_INVALID_ARGUMENT, device->ops->name, call,
                          "props->struct_size %zu is smaller than the v1.0 struct (%zu)",
-                         props->struct_size, sizeof(hal_device_properties_t));
+                         props->struct_size, (size_t)HAL_DEVICE_PROPERTIES_SIZE_1_0);
     const void *next = props->next;
     size_t size = props->struct_size;
-    memcpy(props, &device->props, sizeof(device->props));
+    /* A caller compiled against an older, shorter struct gets the fields it has. */
+    memcpy(props, &device->props, size < sizeof(device->props) ? size : sizeof(device->props));
     props->struct_size = size;
     props->next = next;
     return HAL_OK;

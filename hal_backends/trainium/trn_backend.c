@@ -2,6 +2,7 @@
 /* Trainium backend: entry point, ops table, and the runtime's lifetime (nrt_init at backend
  * init, nrt_close at fini). The runtime is process-wide state: one initialised backend
  * instance per process owns it. */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,40 @@ static void claim_local_rank_core(void)
             return;
     /* The backend is initialised once per process, before any device work exists. */
     setenv("NEURON_RT_VISIBLE_CORES", local_rank, 0);
+}
+
+/* Where this process's cores sit among the instance's, so that device indices can mean the
+ * same on every process of a node (hal_device_properties_t.node_index). NEURON_RT_VISIBLE_CORES
+ * is one increasing range (nrt_init has checked it): the visible cores start at its smallest
+ * index. Without either variable the process has every core. With NEURON_RT_NUM_CORES the
+ * runtime picked free cores and does not say which: the position stays unknown. */
+static void find_node_position(trn_backend_t *backend)
+{
+    const char *visible = getenv("NEURON_RT_VISIBLE_CORES");
+    const char *num = getenv("NEURON_RT_NUM_CORES");
+    uint32_t total = backend->total_vnc, count = backend->device_count;
+    if (total == 0 || count == 0 || count > total)
+        return;
+    if (visible != NULL && visible[0] != '\0') {
+        unsigned long first = ULONG_MAX;
+        for (const char *c = visible; *c != '\0';) {
+            if (*c < '0' || *c > '9') {
+                c++;
+                continue;
+            }
+            char *end = NULL;
+            unsigned long v = strtoul(c, &end, 10);
+            first = v < first ? v : first;
+            c = end;
+        }
+        if (first == ULONG_MAX || first > total - count)
+            return;
+        backend->node_first = (uint32_t)first;
+        backend->node_count = total;
+    } else if ((num == NULL || num[0] == '\0') && count == total) {
+        backend->node_first = 0;
+        backend->node_count = total;
+    }
 }
 
 static hal_status_t trn_init(const hal_host_services_t *host, void **out)
@@ -79,6 +114,7 @@ static hal_status_t trn_init(const hal_host_services_t *host, void **out)
     uint32_t total = 0;
     if (nrt->get_total_vnc_count(&total) == NRT_SUCCESS)
         backend->total_vnc = total;
+    find_node_position(backend);
     *out = backend;
     return HAL_OK;
 

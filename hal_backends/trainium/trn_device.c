@@ -94,10 +94,13 @@ static const char *size_name(uint32_t size)
 }
 
 /* "NeuronCore-v2 (trn1.32xlarge) 0". */
+/* The name numbers the core on the instance where the process knows it (node_index), so that
+ * two processes name their cores apart. */
 static void device_name(const trn_device_t *device, char *out, size_t size)
 {
     const trn_backend_t *b = device->backend;
     const char *prefix = NULL, *core = "NeuronCore", *sz = NULL;
+    unsigned number = b->node_count != 0 ? b->node_first + device->index : device->index;
     if (b->have_instance) {
         family_names(b->instance.family, &prefix, &core);
         sz = size_name(b->instance.size);
@@ -105,11 +108,11 @@ static void device_name(const trn_device_t *device, char *out, size_t size)
             prefix = b->instance.arch_name; /* a family newer than these declarations */
     }
     if (prefix != NULL && sz != NULL)
-        snprintf(out, size, "%s (%.16s.%s) %u", core, prefix, sz, device->index);
+        snprintf(out, size, "%s (%.16s.%s) %u", core, prefix, sz, number);
     else if (prefix != NULL)
-        snprintf(out, size, "%s (%.16s) %u", core, prefix, device->index);
+        snprintf(out, size, "%s (%.16s) %u", core, prefix, number);
     else
-        snprintf(out, size, "%s %u", core, device->index);
+        snprintf(out, size, "%s %u", core, number);
 }
 
 /* Device memory per logical core when the runtime does not report it: the instance's HBM
@@ -232,6 +235,10 @@ hal_status_t trn_device_get_properties(void *device_, hal_device_properties_t *p
         props->alignment = TRN_MIN_ALIGNMENT;
     if (TRN_PROPS_HAS(props, program_formats))
         props->program_formats = 1u << HAL_PROGRAM_FORMAT_NEFF;
+    if (TRN_PROPS_HAS(props, node_device_count) && device->backend->node_count != 0) {
+        props->node_index = device->backend->node_first + device->index;
+        props->node_device_count = device->backend->node_count;
+    }
     return HAL_OK;
 }
 

@@ -127,6 +127,11 @@ typedef struct trn_backend {
     trn_nrt_t nrt;
     uint32_t device_count; /* visible logical NeuronCores */
     uint32_t total_vnc;    /* logical NeuronCores of the instance (0 if unknown) */
+    /* Where the visible cores sit among the instance's (hal_device_properties_t.node_index):
+     * the first one's instance index, and the instance's count; node_count 0 when the runtime
+     * chose the cores and does not say which (NEURON_RT_NUM_CORES). */
+    uint32_t node_first;
+    uint32_t node_count;
     nrt_instance_info_t instance;
     bool have_instance;
 } trn_backend_t;

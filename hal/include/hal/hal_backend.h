@@ -31,8 +31,10 @@ HAL_API hal_status_t hal_get_api_version(uint32_t *version);
  * directory is world-writable, or the trace layer refuses HAL_TRACE_FILE);
  * HAL_ERROR_VERSION_MISMATCH (the backend implements another major version, its ops table is
  * shorter than its version needs or leaves a required slot NULL, or a device advertises a
- * capability without the slots it needs; the message names the slot); any status the
- * backend's initialisation returns (e.g. HAL_ERROR_DEVICE_LOST).
+ * capability without the slots it needs; the message names the slot);
+ * HAL_ERROR_BACKEND_SPECIFIC (a device's node position, hal_device_properties_t.node_index,
+ * contradicts the others'); any status the backend's initialisation returns (e.g.
+ * HAL_ERROR_DEVICE_LOST).
  * fork(): a child does not inherit open backends. Every handle the parent had (backends,
  * devices, streams, events, communicators, programs, kernels) is refused in the child with
  * HAL_ERROR_INVALID_HANDLE naming fork(), and its allocations are unknown pointers; the child

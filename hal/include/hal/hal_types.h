@@ -121,7 +121,26 @@ typedef struct hal_device_properties {
     /* Since 1.2 (0 before): the program formats the device loads, bit (1u << f) for each
      * hal_program_format_t f (hal_program.h). Nonzero only with HAL_DEVICE_CAP_PROGRAMS. */
     uint32_t program_formats;
+    /* Since 1.2 (absent from a struct of HAL_DEVICE_PROPERTIES_SIZE_1_0 bytes): where the
+     * device sits among its backend's devices on this host, whichever process owns them. A
+     * backend whose devices each belong to one process (HAL_BACKEND_FLAG_EXCLUSIVE_DEVICES) may
+     * open only some of the host's devices: node_index is then this device's index among all
+     * of them (as CUDA numbers a node's GPUs) and node_device_count their number, so that a
+     * framework can keep node-local device indices under a launcher that starts one process
+     * per device. A backend that says nothing (node_device_count 0) is given node_index ==
+     * index and node_device_count == its device count by the core. */
+    uint32_t node_index;
+    uint32_t node_device_count;
 } hal_device_properties_t;
+
+/* The size of a struct up to and including `last_field`: what a caller compiled against an
+ * older version of the struct passes as struct_size. */
+#define HAL_STRUCT_SIZE(type, last_field) \
+    (offsetof(type, last_field) + sizeof(((type *)0)->last_field))
+
+/* hal_device_properties_t as HAL 1.0 and 1.1 defined it (1.2 reused its last field, formerly
+ * reserved, for program_formats). */
+#define HAL_DEVICE_PROPERTIES_SIZE_1_0 HAL_STRUCT_SIZE(hal_device_properties_t, program_formats)
 
 #define HAL_DEVICE_PROPERTIES_INIT                     \
     {                                                  \

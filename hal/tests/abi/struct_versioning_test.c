@@ -22,6 +22,24 @@ CTEST(struct_versioning, struct_has_counts_the_whole_field)
     return CTEST_PASS;
 }
 
+/* The 1.0 size of the device properties is frozen: 1.2 appended the node position after it. */
+CTEST(struct_versioning, device_properties_sizes)
+{
+    CTEST_CHECK(HAL_STRUCT_SIZE(hal_device_properties_t, alignment) ==
+                offsetof(hal_device_properties_t, alignment) + sizeof(uint32_t));
+    CTEST_CHECK(HAL_DEVICE_PROPERTIES_SIZE_1_0 ==
+                offsetof(hal_device_properties_t, program_formats) + sizeof(uint32_t));
+    CTEST_CHECK(offsetof(hal_device_properties_t, node_index) == HAL_DEVICE_PROPERTIES_SIZE_1_0);
+    CTEST_CHECK(
+        !HAL_STRUCT_HAS(hal_device_properties_t, node_index, HAL_DEVICE_PROPERTIES_SIZE_1_0));
+    CTEST_CHECK(HAL_STRUCT_HAS(hal_device_properties_t, node_device_count,
+                               sizeof(hal_device_properties_t)));
+#if defined(__x86_64__) || defined(__aarch64__)
+    CTEST_CHECK(HAL_DEVICE_PROPERTIES_SIZE_1_0 == 376);
+#endif
+    return CTEST_PASS;
+}
+
 CTEST(struct_versioning, extension_find_walks_the_chain)
 {
     hal_extension_t wanted = { sizeof(hal_extension_t), EXT_WANTED, 0, NULL };

@@ -208,6 +208,36 @@ CTEST(loader, every_required_slot_is_checked_and_named)
     return CTEST_PASS;
 }
 
+/* A backend that gives no node position gets its own numbering; one that gives a position
+ * outside the node's devices is refused, naming the device. */
+CTEST(loader, node_position_is_defaulted_and_checked)
+{
+    hal_backend_t b = NULL;
+    hal_device_t d = NULL;
+    hal_device_properties_t props = HAL_DEVICE_PROPERTIES_INIT;
+    uint32_t count = 0;
+    unsetenv("HAL_TEST_NULL_SLOT");
+    CHECK_STATUS(hal_backend_open("nullslot", &b), HAL_OK);
+    CHECK_STATUS(hal_device_count(b, &count), HAL_OK);
+    CHECK_STATUS(hal_device_get(b, 0, &d), HAL_OK);
+    CHECK_STATUS(hal_device_get_properties(d, &props), HAL_OK);
+    CTEST_CHECK(props.node_index == 0 && props.node_device_count == count);
+    CHECK_STATUS(hal_backend_close(b), HAL_OK);
+
+    setenv("HAL_TEST_NODE_POSITION", "3,8", 1);
+    CHECK_STATUS(hal_backend_open("nullslot", &b), HAL_OK);
+    CHECK_STATUS(hal_device_get(b, 0, &d), HAL_OK);
+    CHECK_STATUS(hal_device_get_properties(d, &props), HAL_OK);
+    CTEST_CHECK(props.index == 0 && props.node_index == 3 && props.node_device_count == 8);
+    CHECK_STATUS(hal_backend_close(b), HAL_OK);
+
+    setenv("HAL_TEST_NODE_POSITION", "8,8", 1);
+    CHECK_STATUS(hal_backend_open("nullslot", &b), HAL_ERROR_BACKEND_SPECIFIC);
+    CHECK_MESSAGE("device 0 reports node position 8 of 8 devices");
+    unsetenv("HAL_TEST_NODE_POSITION");
+    return CTEST_PASS;
+}
+
 CTEST(loader, probe_reads_the_table_without_initialising)
 {
     hal_backend_info_t info = HAL_BACKEND_INFO_INIT;

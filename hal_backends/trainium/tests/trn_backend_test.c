@@ -34,19 +34,21 @@ CTEST(TrnBackend, LoadsTheRuntimeAndNamesItself)
     return CTEST_PASS;
 }
 
-/* Devices are the visible logical cores, numbered relative to the visible set. */
+/* Devices are the visible logical cores, numbered relative to the visible set; their node
+ * position is the instance's core index where the process knows it. */
 CTEST(TrnBackend, DevicesAreTheVisibleCores)
 {
     TT_REQUIRE_EMULATOR();
     static const struct {
         const char *visible, *num;
-        uint32_t count;
+        uint32_t count, node_first, node_count;
     } cases[] = {
-        { "4-6", NULL, 3 }, /* VISIBLE_CORES: a range */
-        { "7", NULL, 1 },   /* a single core */
-        { NULL, "5", 5 },   /* NUM_CORES: a count */
-        { "2-3", "9", 2 },  /* VISIBLE_CORES wins over NUM_CORES */
-        { NULL, NULL, 32 }, /* neither: every core of a trn1.32xlarge */
+        { "4-6", NULL, 3, 4, 32 },    /* VISIBLE_CORES: a range */
+        { "7", NULL, 1, 7, 32 },      /* a single core */
+        { NULL, "5", 5, 0, 5 },       /* NUM_CORES: a count; which cores is not known */
+        { "2-3", "9", 2, 2, 32 },     /* VISIBLE_CORES wins over NUM_CORES */
+        { NULL, NULL, 32, 0, 32 },    /* neither: every core of a trn1.32xlarge */
+        { "30-31", NULL, 2, 30, 32 }, /* the last cores */
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         tt_env_reset();
@@ -68,6 +70,13 @@ CTEST(TrnBackend, DevicesAreTheVisibleCores)
             CTEST_EXPECT(native == d); /* the runtime's relative vnc */
             EXPECT_OK(hal_device_get_properties(tt_device(b, d), &props));
             CTEST_EXPECT(props.index == d);
+            if (props.node_index != cases[i].node_first + d ||
+                props.node_device_count != cases[i].node_count)
+                fprintf(stderr, "case %zu device %u: node position %u of %u, expected %u of %u\n",
+                        i, d, props.node_index, props.node_device_count, cases[i].node_first + d,
+                        cases[i].node_count);
+            CTEST_EXPECT(props.node_index == cases[i].node_first + d);
+            CTEST_EXPECT(props.node_device_count == cases[i].node_count);
         }
         EXPECT_OK(hal_backend_close(b));
     }
@@ -114,7 +123,8 @@ CTEST(TrnBackend, Properties)
     if (b != NULL) {
         hal_device_properties_t p = HAL_DEVICE_PROPERTIES_INIT;
         EXPECT_OK(hal_device_get_properties(tt_device(b, 0), &p));
-        CTEST_EXPECT(strcmp(p.name, "NeuronCore-v3 (trn2.48xlarge) 0") == 0);
+        /* Core 1 of the instance, the process's device 0. */
+        CTEST_EXPECT(strcmp(p.name, "NeuronCore-v3 (trn2.48xlarge) 1") == 0);
         CTEST_EXPECT(p.total_memory == (UINT64_C(24) << 30));
         EXPECT_OK(hal_backend_close(b));
     }
@@ -267,6 +277,11 @@ CTEST(TrnBackend, TorchrunRankTakesItsLocalCore)
         CTEST_EXPECT(visible != NULL && strcmp(visible, "1") == 0);
         EXPECT_OK(hal_device_count(b, &count));
         CTEST_EXPECT(count == 1);
+        /* Its one device is the node's core 1, as cuda:1 is the second GPU of a node. */
+        hal_device_properties_t props = HAL_DEVICE_PROPERTIES_INIT;
+        EXPECT_OK(hal_device_get_properties(tt_device(b, 0), &props));
+        CTEST_EXPECT(props.index == 0);
+        CTEST_EXPECT(props.node_index == 1 && props.node_device_count == 32);
         EXPECT_OK(hal_backend_close(b));
     }
     /* A choice of the process's own is kept. */
