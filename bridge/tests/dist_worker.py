@@ -350,7 +350,44 @@ def stuck_peer():
     os._exit(0)
 
 
-SCENARIOS = {f.__name__: f for f in (collectives, ddp, dead_peer, stuck_peer)}
+def local_rank_device():
+    """The idiom of nearly every CUDA DDP script: the rank's device is
+    torch.device(<device>, LOCAL_RANK), device_count() counts the node's devices."""
+    exclusive = os.environ.get("TEST_EXCLUSIVE_DEVICES") == "1"
+    count = torch.accelerator.device_count()
+    assert count >= WORLD, count
+    assert LOCAL_RANK % count == LOCAL_RANK
+    # Before any device is chosen, the device without an index is the process's own.
+    assert torch.ones(1, device=DEV).device == torch.device(DEV, LOCAL_RANK if exclusive else 0)
+    device = torch.device(DEV, LOCAL_RANK)
+    torch.accelerator.set_device_index(LOCAL_RANK)
+    assert torch.accelerator.current_device_index() == LOCAL_RANK
+    assert torch.ones(1, device=DEV).device == device
+    assert torch.Stream(DEV).device_index == LOCAL_RANK
+    dist.init_process_group(timeout=datetime.timedelta(seconds=60), device_id=device)
+    torch.manual_seed(0)
+    model = nn.parallel.DistributedDataParallel(nn.Linear(4, 2).to(device),
+                                                device_ids=[LOCAL_RANK])
+    model(torch.full((3, 4), float(RANK + 1), device=device)).sum().backward()
+    grads = [p.grad.cpu() for p in model.parameters()]
+    assert torch.equal(grads[1], torch.full((2,), 3.0)), grads  # the mean of 3 and 3 rows
+    ok("local_rank_device")
+    if exclusive:
+        other = (LOCAL_RANK + 1) % WORLD
+        try:
+            torch.ones(1, device=torch.device(DEV, other))
+        except RuntimeError as e:
+            assert f"{DEV}:{other} belongs to the process of local rank {other}" in str(e), str(e)
+        else:
+            raise AssertionError(f"{DEV}:{other} of local rank {other} was usable")
+        module = torch.get_device_module(DEV)
+        assert module.memory_allocated(other) == 0
+        assert sum(module.memory_allocated(i) for i in range(count)) > 0
+        ok("other_rank_device_refused")
+    close()
+
+
+SCENARIOS = {f.__name__: f for f in (collectives, ddp, dead_peer, stuck_peer, local_rank_device)}
 
 if __name__ == "__main__":
     SCENARIOS[sys.argv[1]]()

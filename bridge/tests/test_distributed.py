@@ -175,6 +175,10 @@ def test_ddp_step_matches_cpu(tmp_path):
     check_ok(launch("ddp", tmp_path), ["default_backend", "ddp_matches_cpu"])
 
 
+def test_device_of_local_rank(tmp_path):
+    check_ok(launch("local_rank_device", tmp_path), ["local_rank_device"])
+
+
 def test_killed_peer_raises_within_timeout(tmp_path):
     results = launch("dead_peer", tmp_path, extra_env={"TEST_TIMEOUT_S": "5"}, timeout=90)
     check_ok(results, ["dead_peer"], ranks=[0])
@@ -246,11 +250,25 @@ def test_neuron_cores_claimed_per_local_rank(tmp_path):
     env = child_env("trainium", tmp_path, {"LOCAL_RANK": "1", "WORLD_SIZE": "2"})
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["True", "1", "1"], out.stdout
+    # the node's 32 cores (the emulated trn1.32xlarge) are counted, as CUDA counts a node's GPUs
+    assert out.stdout.split() == ["True", "1", "32"], out.stdout
     # an explicit setting is kept
     env["NEURON_RT_VISIBLE_CORES"] = "2-3"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    assert out.stdout.split() == ["True", "2-3", "2"], out.stdout + out.stderr
+    assert out.stdout.split() == ["True", "2-3", "32"], out.stdout + out.stderr
+
+
+def test_device_of_local_rank_trainium(tmp_path):
+    # Under torchrun, each rank's NeuronCore is torch.device("neuron", LOCAL_RANK), and the other
+    # rank's is refused, naming its local rank.
+    need_emulator()
+    proc = torchrun([WORKER, "local_rank_device"], tmp_path, backend="trainium",
+                    extra_env={"TEST_OK_DIR": str(tmp_path), "TEST_EXCLUSIVE_DEVICES": "1"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for rank in range(2):
+        reported = (tmp_path / f"rank{rank}.txt").read_text().splitlines()
+        for name in ("local_rank_device", "other_rank_device_refused"):
+            assert f"OK {name}" in reported, (rank, name, proc.stdout, proc.stderr)
 
 
 def test_launcher_does_not_open_a_backend_with_exclusive_devices(tmp_path):

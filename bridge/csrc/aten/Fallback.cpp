@@ -646,7 +646,7 @@ void registerFallback()
 {
     bool any_host_addressable = false;
     for (c10::DeviceIndex i = 0; i < deviceCount(); ++i)
-        any_host_addressable = any_host_addressable || hostAddressable(i);
+        any_host_addressable = any_host_addressable || (ownsDevice(i) && hostAddressable(i));
     if (any_host_addressable)
         installCpuAllocatorRouting();
     static auto *library = new torch::Library(torch::Library::IMPL, "_",

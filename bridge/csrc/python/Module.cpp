@@ -56,6 +56,7 @@ py::dict devicePropertiesDict(c10::DeviceIndex index)
     d["stream_priority_greatest"] = p.stream_priority_greatest;
     d["alignment"] = p.alignment;
     d["program_formats"] = p.program_formats;
+    d["node_index"] = p.node_index;
     return d;
 }
 

@@ -185,9 +185,11 @@ class HalDeviceAllocator final : public c10::DeviceAllocator
         recordDeviceBlockOnStream(ptr, stream);
     }
 
+    // The statistics of what this process allocated: zero on a device of the node that another
+    // process owns, as CUDA reports for a device the process has not used.
     DeviceStats getDeviceStats(c10::DeviceIndex index) override
     {
-        checkDevice(index);
+        checkDeviceIndex(index);
         hal_allocator_stats_t s = allocatorStats(g_device_allocators->existing(index));
         const Baseline &b = baselines_[static_cast<size_t>(index)];
         auto i64 = [](uint64_t v) { return static_cast<int64_t>(v); };
@@ -221,7 +223,7 @@ class HalDeviceAllocator final : public c10::DeviceAllocator
 
     void resetAccumulatedStats(c10::DeviceIndex index) override
     {
-        checkDevice(index);
+        checkDeviceIndex(index);
         hal_allocator_stats_t s = allocatorStats(g_device_allocators->existing(index));
         Baseline &b = baselines_[static_cast<size_t>(index)];
         b.alloc = s.alloc_count;
@@ -233,7 +235,7 @@ class HalDeviceAllocator final : public c10::DeviceAllocator
 
     void resetPeakStats(c10::DeviceIndex index) override
     {
-        checkDevice(index);
+        checkDeviceIndex(index);
         if (hal_allocator_t a = g_device_allocators->existing(index))
             TORCH_HAL_CHECK(hal_allocator_reset_peak_stats(a));
     }

@@ -55,7 +55,7 @@ struct HalHooks final : public at::PrivateUse1HooksInterface {
     // HAL devices are opened with the backend, so every valid device has its "context".
     bool hasPrimaryContext(c10::DeviceIndex device_index) const override
     {
-        return device_index >= 0 && device_index < torch_hal::deviceCount();
+        return torch_hal::ownsDevice(device_index);
     }
 
     void init() const override {}
@@ -131,7 +131,9 @@ const at::Generator &defaultGenerator(c10::DeviceIndex index)
     });
     if (index < 0)
         index = currentDevice();
-    checkDevice(index);
+    // Every device of the node has one, as on CUDA (manual_seed_all, get_rng_state_all): a
+    // generator is host state, whichever process owns the device.
+    checkDeviceIndex(index);
     return generators[static_cast<size_t>(index)];
 }
 

@@ -61,6 +61,8 @@ struct HalProfilerStubs final : public torch::profiler::impl::ProfilerStubs {
     {
         c10::DeviceIndex previous = currentDevice();
         for (c10::DeviceIndex i = 0; i < deviceCount(); ++i) {
+            if (!ownsDevice(i))
+                continue; // another process's device of the node
             setCurrentDevice(i);
             op(i);
         }

@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cstdlib>
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 namespace torch_hal
@@ -27,11 +29,18 @@ struct DeviceState {
     std::atomic<bool> initialized{ false };
 };
 
+// PyTorch's device indices are node-local, as CUDA's are: index i is the node's i-th device of
+// the backend (hal_device_properties_t.node_index), so that under a launcher that starts one
+// process per device `torch.device(type, local_rank)` names each process's own device. A
+// process opens only the devices the backend gives it; the others are entries without a handle,
+// counted by device_count() and refused by name when used.
 struct BackendState {
     hal_backend_t backend = nullptr;
     std::string name;
     std::string device_type_name;
-    std::vector<std::unique_ptr<DeviceState>> devices;
+    std::vector<std::unique_ptr<DeviceState>> devices; // by node index; handle null: not ours
+    c10::DeviceIndex first_owned = 0;                  // the current device until one is set
+    c10::DeviceIndex owned_count = 0;
 };
 
 // Written once by openBackend before any other function can see a device, then read-only. The
@@ -40,7 +49,8 @@ struct BackendState {
 BackendState *g_state = nullptr;
 std::mutex g_open_mutex;
 
-thread_local c10::DeviceIndex tl_current_device = 0;
+// -1 until the thread sets one: the current device is then the process's first device.
+thread_local c10::DeviceIndex tl_current_device = -1;
 // Current stream id per device for this thread (0 = default stream).
 thread_local std::vector<c10::StreamId> tl_current_streams;
 
@@ -84,6 +94,61 @@ void warnHalError(hal_status_t status, const char *call) noexcept
 
 // ---- Backend and devices --------------------------------------------------------------------
 
+namespace
+{
+
+// Puts the opened devices at their node indices (the HAL has checked that they are distinct,
+// increasing and below the node's count). Where the node's count does not fit PyTorch's int8
+// indices, the process's own numbering is kept.
+void placeOnNode(BackendState &st, std::vector<std::unique_ptr<DeviceState>> opened)
+{
+    constexpr uint32_t kMaxIndex = std::numeric_limits<c10::DeviceIndex>::max();
+    uint32_t node_count = opened.empty() ? 0 : opened.front()->props.node_device_count;
+    st.owned_count = static_cast<c10::DeviceIndex>(opened.size());
+    if (node_count <= opened.size() || node_count > kMaxIndex) {
+        st.devices = std::move(opened);
+        st.first_owned = 0;
+        return;
+    }
+    st.devices.resize(node_count);
+    for (auto &dev : opened) {
+        size_t at = dev->props.node_index;
+        st.devices[at] = std::move(dev);
+    }
+    st.first_owned = static_cast<c10::DeviceIndex>(st.devices.size());
+    for (size_t i = st.devices.size(); i-- > 0;) {
+        if (st.devices[i] == nullptr)
+            st.devices[i] = std::make_unique<DeviceState>();
+        else
+            st.first_owned = static_cast<c10::DeviceIndex>(i);
+    }
+}
+
+// Which process owns a node device this process does not, as far as the launcher's variables
+// tell: under torchrun, with every local rank owning the same number n of consecutive devices
+// and this one owning the block of its LOCAL_RANK, device k belongs to local rank k / n.
+std::string ownerOf(c10::DeviceIndex index)
+{
+    const char *local_rank = std::getenv("LOCAL_RANK");
+    const char *local_world = std::getenv("LOCAL_WORLD_SIZE");
+    long n = g_state->owned_count;
+    if (local_rank == nullptr || local_world == nullptr || n <= 0)
+        return "another process";
+    char *end = nullptr;
+    long rank = std::strtol(local_rank, &end, 10);
+    if (end == local_rank || *end != '\0')
+        return "another process";
+    long world = std::strtol(local_world, &end, 10);
+    if (end == local_world || *end != '\0' || g_state->first_owned != rank * n)
+        return "another process";
+    long owner = index / n;
+    if (owner >= world)
+        return "no process of this job (LOCAL_WORLD_SIZE=" + std::to_string(world) + ")";
+    return "the process of local rank " + std::to_string(owner);
+}
+
+} // namespace
+
 bool openBackend(const std::string &name, std::string *error)
 {
     std::lock_guard<std::mutex> lock(g_open_mutex);
@@ -126,6 +191,7 @@ bool openBackend(const std::string &name, std::string *error)
     }
     // PyTorch device indices are int8.
     count = std::min<uint32_t>(count, std::numeric_limits<c10::DeviceIndex>::max());
+    std::vector<std::unique_ptr<DeviceState>> opened;
     for (uint32_t i = 0; i < count; ++i) {
         auto dev = std::make_unique<DeviceState>();
         dev->props.struct_size = sizeof(dev->props);
@@ -141,8 +207,9 @@ bool openBackend(const std::string &name, std::string *error)
         }
         dev->pool_priority[0] = 0;
         dev->pool_priority[1] = dev->props.stream_priority_greatest;
-        st->devices.push_back(std::move(dev));
+        opened.push_back(std::move(dev));
     }
+    placeOnNode(*st, std::move(opened));
     g_state = st.release();
     return true;
 }
@@ -169,13 +236,37 @@ c10::DeviceIndex deviceCount() noexcept
     return g_state == nullptr ? 0 : static_cast<c10::DeviceIndex>(g_state->devices.size());
 }
 
-void checkDevice(c10::DeviceIndex index)
+void checkDeviceIndex(c10::DeviceIndex index)
 {
     TORCH_CHECK(g_state != nullptr, "torch_hal: no HAL backend is open");
     TORCH_CHECK(index >= 0 && index < deviceCount(), "torch_hal (backend '", g_state->name,
                 "'): invalid device index ", static_cast<int>(index), " for device type '",
                 g_state->device_type_name, "' (", static_cast<int>(deviceCount()),
                 " devices available)");
+}
+
+void checkDevice(c10::DeviceIndex index)
+{
+    checkDeviceIndex(index);
+    if (C10_LIKELY(g_state->devices[static_cast<size_t>(index)]->handle != nullptr))
+        return;
+    const std::string &type = g_state->device_type_name;
+    std::string mine = type + ":" + std::to_string(g_state->first_owned);
+    if (g_state->owned_count > 1)
+        mine += "-" + std::to_string(g_state->first_owned + g_state->owned_count - 1);
+    TORCH_CHECK(false, "torch_hal (backend '", g_state->name, "'): ", type, ":",
+                static_cast<int>(index), " belongs to ", ownerOf(index),
+                ": each device of this node is used by one process, and this process has ", mine,
+                " (of ", static_cast<int>(deviceCount()),
+                " on the node). Use the device of this process's local rank, "
+                "torch.device(\"",
+                type, "\", int(os.environ[\"LOCAL_RANK\"])), or \"", type, "\" alone.");
+}
+
+bool ownsDevice(c10::DeviceIndex index) noexcept
+{
+    return g_state != nullptr && index >= 0 && index < deviceCount() &&
+           g_state->devices[static_cast<size_t>(index)]->handle != nullptr;
 }
 
 hal_device_t halDevice(c10::DeviceIndex index)
@@ -217,12 +308,14 @@ c10::DeviceIndex deviceOfPointer(const void *ptr) noexcept
 
 c10::DeviceIndex currentDevice() noexcept
 {
-    return tl_current_device;
+    if (tl_current_device >= 0)
+        return tl_current_device;
+    return g_state != nullptr ? g_state->first_owned : 0;
 }
 
 c10::DeviceIndex resolveDevice(c10::DeviceIndex index) noexcept
 {
-    return index == -1 ? tl_current_device : index;
+    return index == -1 ? currentDevice() : index;
 }
 
 void setCurrentDevice(c10::DeviceIndex index)
@@ -234,13 +327,13 @@ void setCurrentDevice(c10::DeviceIndex index)
 
 void setCurrentDeviceUnchecked(c10::DeviceIndex index) noexcept
 {
-    if (index >= 0 && index < deviceCount())
+    if (ownsDevice(index))
         tl_current_device = index;
 }
 
 c10::DeviceIndex exchangeDevice(c10::DeviceIndex index)
 {
-    c10::DeviceIndex previous = tl_current_device;
+    c10::DeviceIndex previous = currentDevice();
     if (index != previous)
         setCurrentDevice(index);
     return previous;

@@ -64,8 +64,14 @@ bool isBackendOpen() noexcept;
 const std::string &backendName();    // e.g. "cpu", "trainium"
 const std::string &deviceTypeName(); // the name PyTorch shows, e.g. "hal", "neuron"
 
+// Device indices are node-local (hal_device_properties_t.node_index): deviceCount() is the
+// node's count, of which this process may own only some.
 c10::DeviceIndex deviceCount() noexcept; // 0 while no backend is open
+// Throws unless the index names a device of the node.
+void checkDeviceIndex(c10::DeviceIndex index);
+// Throws unless the index names a device of this process (naming the owner otherwise).
 void checkDevice(c10::DeviceIndex index);
+bool ownsDevice(c10::DeviceIndex index) noexcept;
 hal_device_t halDevice(c10::DeviceIndex index);
 const hal_device_properties_t &deviceProperties(c10::DeviceIndex index);
 // Whether the host may dereference this device's memory (CPU kernels then run in place).
@@ -75,7 +81,7 @@ c10::DeviceIndex deviceIndexOf(hal_device_t device) noexcept;
 // The device owning a pointer (device or shared memory of the open backend), or -1.
 c10::DeviceIndex deviceOfPointer(const void *ptr) noexcept;
 
-// ---- Current device (per thread, like CUDA; starts at 0) -------------------------------------
+// ---- Current device (per thread, like CUDA; starts at the process's first device) -----------
 
 c10::DeviceIndex currentDevice() noexcept;
 // -1 (a device given without an index, as torch.Stream("<device>") passes it) is the current
