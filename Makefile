@@ -28,17 +28,21 @@ TORCH_VERSION := 2.13.0
 PY_TEST_PACKAGES := pytest expecttest
 # What draws the plots (examples/compare_losses.py: make demo) and its test.
 PY_PLOT_PACKAGES := matplotlib
+# What compiles the conformance suite's Triton kernel for GPUs ahead of time (tools/triton_aot.py,
+# //conformance:triton_aot_test, make gpu-bundle); no GPU is needed.
+PY_COMPILE_PACKAGES := triton
 C_SOURCES = $(shell git ls-files --cached --others --exclude-standard '*.c' '*.h' '*.cc' '*.cpp')
 # C/C++ targets exercised by the sanitizer runs: every C unit test and the conformance suite on
 # the cpu, trainium and template backends, on each backend's device 0 (SANITIZER_TEST_FLAGS: the
 # second device runs the same code). Left to the default configuration, for CI time: the suite
 # under the validation and trace layers and on the required-slots-only template (the same test
 # bodies), and the script-driven checks (generated ABI, exported symbols, trace merging, the
-# summary tool, the harness's handling of crashes and hangs).
+# summary tool, the harness's handling of crashes and hangs, the Triton ahead-of-time compile).
 SANITIZED := -- //hal/... //hal_backends/... //conformance/... //tools/... \
 	-//conformance:conformance_cpu_validation -//conformance:conformance_cpu_trace \
 	-//conformance:conformance_trainium_validation -//conformance:conformance_template_required_only \
-	-//conformance:harness_test -//hal/abi:generated_test -//hal/tests/abi:symbols_test \
+	-//conformance:harness_test -//conformance:triton_aot_test -//hal/abi:generated_test \
+	-//hal/tests/abi:symbols_test \
 	-//hal/layers/tests:merge_traces_test -//tools:test_summary_test
 SANITIZER_TEST_FLAGS := --test_env=HAL_CTS_DEVICE=0
 TESTLOGS := $(OUT)/testlogs
@@ -73,6 +77,8 @@ deps-python: deps
 	  $(PYTHON) -m pip install -q $(PY_TEST_PACKAGES)
 	@$(PYTHON) -c 'import matplotlib' 2>/dev/null || \
 	  $(PYTHON) -m pip install -q $(PY_PLOT_PACKAGES)
+	@$(PYTHON) -c 'import triton' 2>/dev/null || \
+	  $(PYTHON) -m pip install -q $(PY_COMPILE_PACKAGES)
 
 # The PyTorch bridge, built against the installed torch (no build isolation: no other torch).
 # Skipped when what it is built from (bridge/, the HAL, the backends) has not changed since the

@@ -9,6 +9,8 @@
 #   backends/libhal_backend_{cuda,cpu}.so   the backends (HAL_BACKEND_PATH)
 #   fixtures/libcts_*.so, cts_kernels.*     the loader fixtures and the program area's kernels
 #                                           (PTX, cubin, fatbin built by nvcc) (HAL_CTS_FIXTURE_DIR)
+#   fixtures/cts_triton_add.{cubin,launch}  a Triton kernel compiled for sm_90 ahead of time
+#                                           (tools/triton_aot.py), launched by program.triton_cubin
 #   fallback-lib/                           this machine's libstdc++ and libgcc_s, used only where
 #                                           the GPU machine's are older
 #   MANIFEST.txt                            commit, CUDA and NCCL header versions, checksums
@@ -85,6 +87,14 @@ for f in "${FIXTURES[@]}"; do put "$BIN/conformance/libcts_$f.so" "$DEST/fixture
 for k in "${GPU_KERNELS[@]}"; do
     install -m 0644 "$BIN/conformance/cts_kernels.$k" "$DEST/fixtures/"
 done
+# The program area's Triton kernel, compiled ahead of time for sm_90 with the triton package
+# (installed with pip where it is missing; no GPU is needed to compile).
+if ! python3 -c 'import triton' 2>/dev/null; then
+    log "installing the triton package (pip) to compile the Triton fixture"
+    python3 -m pip install -q triton
+fi
+TRITON_CACHE_DIR="$REPO/out/triton-cache" python3 tools/triton_aot.py --arch 90 \
+    --out "$DEST/fixtures" conformance/fixtures/triton_kernels.py
 for lib in libstdc++.so.6 libgcc_s.so.1; do
     src=$(gcc -print-file-name="$lib")
     [ -e "$src" ] && install -m 0644 "$(readlink -f "$src")" "$DEST/fallback-lib/$lib"

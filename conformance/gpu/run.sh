@@ -190,6 +190,8 @@ use_bundle() {
     done
     BACKENDS="$b/backends"
     FIXTURES="$b/fixtures"
+    [ -e "$b/fixtures/cts_triton_add.cubin" ] || log "bundle: fixtures/cts_triton_add.cubin is" \
+        "missing (program.triton_cubin will fail; make gpu-bundle compiles it with triton)"
     log "binaries: the bundle ($(grep -m1 '^commit' "$b/MANIFEST.txt" 2>/dev/null || echo 'no manifest'))"
 }
 

@@ -246,6 +246,127 @@ int cts_program_gpu_binary_formats(cts_ctx_t *ctx)
     return CTS_PASS;
 }
 
+/* What tools/triton_aot.py says of a Triton cubin (its <name>.launch file). */
+typedef struct triton_launch {
+    char kernel[HAL_KERNEL_NAME_MAX];
+    char arch[16];
+    uint32_t threads, shared, block_elements, nargs, scratch;
+    char args[HAL_KERNEL_ARGS_MAX]; /* 'p' or a scalar's size in bytes, as a digit */
+} triton_launch_t;
+
+/* Parses a .launch file; returns 0, or -1 naming the line it could not read. */
+static int parse_triton_launch(const char *text, triton_launch_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    for (const char *line = text; line != NULL && *line != '\0'; line = strchr(line, '\n')) {
+        if (*line == '\n')
+            line++;
+        char key[32] = "";
+        int used = 0;
+        if (sscanf(line, "%31s %n", key, &used) != 1)
+            break;
+        const char *rest = line + used;
+        if (strcmp(key, "kernel") == 0) {
+            sscanf(rest, "%255s", out->kernel);
+        } else if (strcmp(key, "arch") == 0) {
+            sscanf(rest, "%15s", out->arch);
+        } else if (strcmp(key, "threads") == 0) {
+            sscanf(rest, "%u", &out->threads);
+        } else if (strcmp(key, "shared") == 0) {
+            sscanf(rest, "%u", &out->shared);
+        } else if (strcmp(key, "scratch") == 0) {
+            sscanf(rest, "%u", &out->scratch);
+        } else if (strcmp(key, "constexpr") == 0 && strncmp(rest, "BLOCK ", 6) == 0) {
+            sscanf(rest + 6, "%u", &out->block_elements);
+        } else if (strcmp(key, "args") == 0) {
+            for (const char *c = rest; *c && *c != '\n' && out->nargs < HAL_KERNEL_ARGS_MAX; c++)
+                if (*c == 'p' || (*c >= '1' && *c <= '8'))
+                    out->args[out->nargs++] = *c;
+        }
+    }
+    bool complete = out->kernel[0] && out->threads && out->block_elements && out->nargs;
+    return complete ? 0 : -1;
+}
+
+/* A Triton kernel compiled ahead of time for sm_90 (tools/triton_aot.py, from
+ * conformance/fixtures/triton_kernels.py; make gpu-bundle builds it): what torch.compile's
+ * Inductor emits for CUDA devices, loaded and launched through the program API with Triton's
+ * calling convention (its scratch-buffer pointers NULL). */
+int cts_program_triton_cubin(cts_ctx_t *ctx)
+{
+    CTS_SKIP_UNLESS_CAP(ctx, HAL_DEVICE_CAP_PROGRAMS, "programs");
+    if (!loads(ctx, HAL_PROGRAM_FORMAT_CUBIN))
+        return cts_skip(ctx, "the device does not load HAL_PROGRAM_FORMAT_CUBIN");
+    if (ctx->fixture_dir == NULL) {
+        fprintf(stderr, "the fixture directory was not found (HAL_CTS_FIXTURE_DIR)\n");
+        return CTS_FAIL;
+    }
+    char path[2048];
+    size_t size = 0, text_size = 0;
+    snprintf(path, sizeof(path), "%s/cts_triton_add.launch", ctx->fixture_dir);
+    char *text = cts_read_file(ctx, path, &text_size);
+    snprintf(path, sizeof(path), "%s/cts_triton_add.cubin", ctx->fixture_dir);
+    void *image = text ? cts_read_file(ctx, path, &size) : NULL;
+    if (!image) {
+        fprintf(stderr, "(the Triton cubin is built by make gpu-bundle, with the triton "
+                        "package: tools/triton_aot.py)\n");
+        return CTS_FAIL;
+    }
+    char *terminated = cts_calloc(ctx, text_size + 1);
+    CTS_CHECK(terminated != NULL);
+    memcpy(terminated, text, text_size);
+    triton_launch_t launch;
+    CTS_CHECKF(parse_triton_launch(terminated, &launch) == 0, "%s is incomplete", path);
+    CTS_CHECK(launch.nargs == 6 && memcmp(launch.args, "ppp4pp", 6) == 0);
+
+    hal_program_t p = NULL;
+    hal_status_t st = hal_program_create(ctx->device, HAL_PROGRAM_FORMAT_CUBIN, image, size, &p);
+    if (st == HAL_ERROR_INVALID_ARGUMENT &&
+        strstr(hal_last_error_message(), "NoKernelImageForDevice") != NULL) {
+        CTS_CHECK(p == NULL);
+        return cts_skip(ctx, "the Triton cubin is for sm_90; the device is another architecture");
+    }
+    CTS_CHECK_OK(st);
+    hal_kernel_t add = NULL;
+    CTS_CHECK_OK(hal_program_get_kernel(p, launch.kernel, &add));
+
+    enum { N = 1000 };
+    float *x = NULL, *y = NULL, *out = NULL;
+    CTS_CHECK_OK(hal_mem_alloc(ctx->device, HAL_MEM_KIND_DEVICE, N * 4, 0, (void **)&x));
+    CTS_CHECK_OK(hal_mem_alloc(ctx->device, HAL_MEM_KIND_DEVICE, N * 4, 0, (void **)&y));
+    CTS_CHECK_OK(hal_mem_alloc(ctx->device, HAL_MEM_KIND_DEVICE, N * 4, 0, (void **)&out));
+    float *hx = cts_calloc(ctx, N * 4), *hy = cts_calloc(ctx, N * 4), *ho = cts_calloc(ctx, N * 4);
+    CTS_CHECK(hx && hy && ho);
+    for (int i = 0; i < N; i++) {
+        hx[i] = (float)i * 0.5f;
+        hy[i] = (float)(N - i);
+    }
+    hal_stream_t s = default_stream(ctx);
+    CTS_CHECK_OK(cts_copy_sync(x, hx, N * 4, s));
+    CTS_CHECK_OK(cts_copy_sync(y, hy, N * 4, s));
+    CTS_CHECK_OK(cts_memset_sync(out, 0xff, N * 4, s));
+    hal_launch_config_t cfg =
+        HAL_LAUNCH_CONFIG_INIT((N + launch.block_elements - 1) / launch.block_elements, 1, 1);
+    cfg.block[0] = launch.threads;
+    cfg.shared_bytes = launch.shared;
+    hal_kernel_arg_t args[6] = { HAL_KERNEL_ARG_PTR(x, N * 4),   HAL_KERNEL_ARG_PTR(y, N * 4),
+                                 HAL_KERNEL_ARG_PTR(out, N * 4), HAL_KERNEL_ARG_I32(N),
+                                 HAL_KERNEL_ARG_PTR(NULL, 0),    HAL_KERNEL_ARG_PTR(NULL, 0) };
+    CTS_CHECK_OK(hal_kernel_launch(s, add, &cfg, args, 6));
+    CTS_CHECK_OK(cts_copy_sync(ho, out, N * 4, s));
+    for (int i = 0; i < N; i++)
+        CTS_CHECKF(ho[i] == hx[i] + hy[i], "element %d is %g, expected %g", i, (double)ho[i],
+                   (double)(hx[i] + hy[i]));
+    /* Without Triton's scratch pointers the launch is refused before anything runs. */
+    CTS_CHECK_STATUS(hal_kernel_launch(s, add, &cfg, args, 4), HAL_ERROR_INVALID_ARGUMENT);
+    CTS_CHECK_OK(hal_stream_synchronize(s));
+    CTS_CHECK_OK(hal_mem_free(x));
+    CTS_CHECK_OK(hal_mem_free(y));
+    CTS_CHECK_OK(hal_mem_free(out));
+    CTS_CHECK_OK(hal_program_destroy(p));
+    return CTS_PASS;
+}
+
 int cts_program_get_kernel(cts_ctx_t *ctx)
 {
     SKIP_UNLESS_KERNELS(ctx);
