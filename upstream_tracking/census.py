@@ -4,32 +4,46 @@
     python3 upstream_tracking/census.py [TREE] [--series] [--list WHAT] [--json FILE]
 
 TREE is a torch tree: a ``site-packages`` directory, a torch package directory or a PyTorch
-checkout (default: the installed torch). With ``--series`` the census also applies the patch
-series (``patches/series``) to a temporary copy of TREE's Python sources and prints the counts
-before and after it, then
+checkout (default: the installed torch). The census prints the sites by area and category, then
+a headline: the sites outside allowlisted code of every area (the eager runtime,
+torch.distributed, the compile stack, the test utilities, benchmarks and tools) and of every
+category, and their total. With ``--series`` it also applies the patch series
+(``patches/series``) to a temporary copy of TREE's Python sources, prints every count before ->
+after the series, splits the difference of the total into sites *removed*, *moved* into
+allowlisted helpers and *added*, and then prints
 
 * the claims of each patch (``patches/census_claims.txt``: the sites the patch removes, as
   ``path::scope category``) with their counts before and after the series; a claimed site must
   be there before, in a file the patch changes, and gone after;
-* the sites the series removes that no patch claims;
+* the sites the series moves into allowlisted helpers: a claimed site is *moved*, not removed,
+  when after the series its scope calls a function it did not call before and a scope of that
+  name holds an allowlisted site of the same category (0005 moves ``cudaHostRegister`` into
+  ``_register_host_memory``, 0012 the ``_initialized`` probe into
+  ``_device_module_initialized``): the hardcoding still runs, from allowlisted code;
+* the sites the series removes that no patch claims, and the sites it adds (outside allowlisted
+  code, and in allowlisted code with the allowlist's reason);
 * the sites left in the eager runtime and torch.distributed, grouped as *tracked* (entries of
   ``census_tracked.txt`` naming an item of ``TRACKED.md``, whose reason is printed) or
   *unclassified*, and the allowlisted sites of the same areas, grouped by the allowlist's reason.
 
 With ``--series`` the exit status is 1 when a claim fails, a removed site is unclaimed or a site
-in the eager runtime or torch.distributed is neither allowlisted nor tracked.
+in the eager runtime or torch.distributed is neither allowlisted nor tracked. The compile stack
+and the test utilities are counted in the headline and its total but are not classified.
 
 Every ``torch/**/*.py`` file is parsed (``ast``; comments and docstrings never count) and each
 site is put into one category:
 
-  default-device-cuda         a ``device``/``device_type`` parameter defaulting to "cuda"
+  default-device-cuda         a ``device``/``device_type`` parameter defaulting to a CUDA device
+                              ("cuda", "cuda:N" or ``torch.device("cuda")``)
   cuda-availability-check     ``torch.cuda.is_available()`` / ``device_count()`` deciding
                               generic behaviour
   cudart-call                 the CUDA runtime called from Python (``torch.cuda.cudart()``,
                               ``torch.cuda._pin_memory_utils``)
   cuda-module-call            any other ``torch.cuda.*`` call (synchronize, current_device, ...)
   cuda-module-fallback        ``getattr(torch, name, torch.cuda)``
-  cuda-device-comparison      a comparison with "cuda" (``device.type == "cuda"``, ...)
+  cuda-device-comparison      a comparison with a CUDA device: "cuda" (``device.type ==
+                              "cuda"``, ...), "cuda:N" or ``torch.device("cuda")``
+                              (``torch.device("cuda") in devices``)
   device-list-without-pu1     a literal list of device types with "cuda" but not the
                               PrivateUse1 name
   privateuse1-literal         a comparison with "privateuse1" (never the device's type)
@@ -43,11 +57,44 @@ site is put into one category:
                               (an ``if``/conditional expression test or an earlier operand of
                               ``and``)
 
+and, widened by issue 14:
+
+  is-cuda-attribute           a read of ``.is_cuda`` (``tensor.is_cuda``, ``storage.is_cuda``,
+                              ...); ``Tensor.is_cuda`` on a class (a capitalised name: the
+                              property itself, e.g. in torch.overrides) does not count
+  cuda-device-literal         a CUDA device written out: ``torch.device("cuda")``,
+                              ``torch.device("cuda:N")``, ``torch.device("cuda", i)``,
+                              ``torch.device(type="cuda")``, and the strings "cuda:N" and
+                              f"cuda:{i}" anywhere else; one site per ``torch.device`` call. A
+                              plain "cuda" string counts only in the patterns of the other
+                              categories (it is also a dispatch key, a module name, ...)
+  cuda-module-import          ``from torch.cuda[.sub] import name`` and ``import torch.cuda.sub
+                              as name`` (relative imports resolved): they bind CUDA's module
+                              under another name, which the ``torch.cuda.*`` patterns no longer
+                              see; a plain ``import torch.cuda`` does not count (its uses are
+                              ``torch.cuda.*`` sites), nor do imports under ``if
+                              TYPE_CHECKING:``
+  cuda-dict-key               a dict display with a "cuda" or "cuda:N" key (one site per dict)
+                              and no key naming the PrivateUse1 device
+  autocast-without-device     an autocast state function called in its CUDA-implicit form:
+                              ``torch.is_autocast_enabled()`` without an argument,
+                              ``torch.set_autocast_enabled(flag)`` with one,
+                              ``torch.get_autocast_gpu_dtype()`` / ``set_autocast_gpu_dtype()``
+                              (also through ``torch._C``). The cache functions
+                              (``is_autocast_cache_enabled``, ...) are the same for every device,
+                              and ``is_autocast_cpu_enabled()`` & co. name their device: neither
+                              counts
+
+A node is counted once: a CUDA device in a comparison is a cuda-device-comparison, as a
+parameter default a default-device-cuda, as a dict key a cuda-dict-key, and not also a
+cuda-device-literal.
+
 Sites in device-specific modules (``torch/cuda``, cuDNN, hipify, ...) and sites listed in
 ``census_allowlist.txt`` (legitimately CUDA-specific, e.g. NCCL-only branches) are counted as
-``allowlisted`` and kept out of the totals. The rest is grouped by area; the compile stack
-(``torch._inductor``, ``torch._dynamo``, ...) and the test utilities are reported separately from
-the eager runtime, which is what the series targets.
+``allowlisted`` and kept out of the totals. The rest is grouped by area: the eager runtime
+(which the series targets), torch.distributed, the compile stack (``torch._inductor``,
+``torch._dynamo``, ...), the test utilities and benchmarks and tools, each with its total
+before -> after in the headline.
 """
 
 from __future__ import annotations
@@ -58,6 +105,7 @@ import collections
 import dataclasses
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -81,6 +129,12 @@ CATEGORIES = [
     "device-module-private-attr",
     "device-chain-raises",
     "backend-map-lookup",
+    # widened (issue 14)
+    "is-cuda-attribute",
+    "cuda-device-literal",
+    "cuda-module-import",
+    "cuda-dict-key",
+    "autocast-without-device",
 ]
 
 # Modules whose job is one vendor's device: CUDA hardcoding there is by design.
@@ -130,6 +184,16 @@ CUDA_PRIVATE_ATTRS = ("_initialized",)
 DEVICE_MODULE_HINTS = ("device", "module", "_mod", "handle")
 # exception types whose handler covers a KeyError
 KEYERROR_HANDLERS = ("KeyError", "LookupError", "Exception", "BaseException")
+# "cuda:0", "cuda:1", ...: a CUDA device with its index
+CUDA_INDEXED = re.compile(r"cuda:\d+")
+# the autocast state functions whose no-device form means CUDA: name -> the number of positional
+# arguments of that form (the deprecated forms before device_type was an argument)
+AUTOCAST_CUDA_FORMS = {
+    "is_autocast_enabled": 0,  # torch.is_autocast_enabled(): CUDA's autocast
+    "set_autocast_enabled": 1,  # torch.set_autocast_enabled(flag): CUDA's
+    "get_autocast_gpu_dtype": None,  # any call: the GPU (CUDA) dtype
+    "set_autocast_gpu_dtype": None,
+}
 
 
 def area_of(rel: str) -> str:
@@ -147,12 +211,37 @@ class Visitor(ast.NodeVisitor):
         self._keyerror_guarded = 0
         self._map_guards: list[str] = []  # keys tested with `key in ...default_device_backend_map`
         self._chain_seen: set[int] = set()
+        # nodes already counted by a category that takes precedence (a torch.device("cuda") in
+        # a comparison or as a parameter default is not a cuda-device-literal besides)
+        self._consumed: set[int] = set()
+        self._type_checking = 0  # inside `if TYPE_CHECKING:`
+        # scope -> the names of the functions it calls (the last component: f, obj.f, mod.f)
+        self.calls: dict[str, set[str]] = collections.defaultdict(set)
+
+    @property
+    def scope(self) -> str:
+        return ".".join(self.stack) or "<module>"
+
+    def consume(self, node):
+        """Marks the CUDA device written out in node (_cuda_device_expr) as counted."""
+        if isinstance(node, ast.IfExp):
+            for branch in (node.body, node.orelse):
+                if _cuda_device_string(branch):
+                    self._consumed.add(id(branch))
+        elif isinstance(node, ast.Call):
+            self._consumed.add(id(node))
+            first = node.args[0] if node.args else next(
+                (k.value for k in node.keywords if k.arg == "type"), None)
+            if first is not None:
+                self.consume(first)
+        else:
+            self._consumed.add(id(node))
 
     def add(self, node, category, snippet):
         self.sites.append({
             "path": self.rel,
             "line": node.lineno,
-            "scope": ".".join(self.stack) or "<module>",
+            "scope": self.scope,
             "category": category,
             "code": snippet[:120],
         })
@@ -172,8 +261,10 @@ class Visitor(ast.NodeVisitor):
         pairs = list(zip(pos[len(pos) - len(a.defaults):], a.defaults))
         pairs += [(x, d) for x, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None]
         for arg, d in pairs:
-            if isinstance(d, ast.Constant) and d.value == "cuda" and "device" in arg.arg:
-                self.add(node, "default-device-cuda", f"def {node.name}(..., {arg.arg}='cuda')")
+            if "device" in arg.arg and _cuda_device_expr(d):
+                self.add(node, "default-device-cuda",
+                         f"def {node.name}(..., {arg.arg}={ast.unparse(d)})")
+                self.consume(d)
         self.generic_visit(node)
         self.stack.pop()
 
@@ -181,6 +272,9 @@ class Visitor(ast.NodeVisitor):
 
     def visit_Call(self, node):
         func = ast.unparse(node.func)
+        if isinstance(node.func, (ast.Name, ast.Attribute)):
+            self.calls[self.scope].add(func.rsplit(".", 1)[-1])
+        name = func.rsplit(".", 1)[-1]
         if func in ("torch.cuda.is_available", "torch.cuda.device_count") or func.startswith(
             "torch.cuda.amp.common.amp_definitely_not_available"
         ):
@@ -205,6 +299,40 @@ class Visitor(ast.NodeVisitor):
             and _names_device_module(node.args[0])
         ):
             self.add(node, "device-module-private-attr", ast.unparse(node))
+        elif func == "torch.device" and _cuda_device_expr(node) and id(node) not in self._consumed:
+            self.add(node, "cuda-device-literal", ast.unparse(node))
+            self.consume(node)
+        elif (
+            name in AUTOCAST_CUDA_FORMS
+            and func in (name, f"torch.{name}", f"torch._C.{name}", f"_C.{name}")
+            and (AUTOCAST_CUDA_FORMS[name] is None
+                 or (len(node.args) == AUTOCAST_CUDA_FORMS[name] and not node.keywords))
+        ):
+            self.add(node, "autocast-without-device", ast.unparse(node))
+        self.generic_visit(node)
+
+    def visit_Constant(self, node):
+        if (
+            isinstance(node.value, str)
+            and CUDA_INDEXED.fullmatch(node.value)
+            and id(node) not in self._consumed
+        ):
+            self.add(node, "cuda-device-literal", repr(node.value))
+
+    def visit_JoinedStr(self, node):
+        if _cuda_device_expr(node) and id(node) not in self._consumed:
+            self.add(node, "cuda-device-literal", ast.unparse(node))
+        for part in node.values:  # the text parts are never a device on their own
+            if isinstance(part, ast.FormattedValue):
+                self.visit(part)
+
+    def visit_Dict(self, node):
+        keys = [k for k in node.keys if k is not None]
+        cuda_keys = [k for k in keys if _cuda_device_expr(k)]
+        if cuda_keys and not any(m in ast.unparse(k) for k in keys for m in PU1_MARKERS):
+            self.add(node, "cuda-dict-key", ast.unparse(node))
+            for k in cuda_keys:
+                self.consume(k)
         self.generic_visit(node)
 
     def visit_Attribute(self, node):
@@ -214,6 +342,12 @@ class Visitor(ast.NodeVisitor):
             and _names_device_module(node.value)
         ):
             self.add(node, "device-module-private-attr", ast.unparse(node))
+        elif (
+            node.attr == "is_cuda"
+            and isinstance(node.ctx, ast.Load)
+            and not _names_class(node.value)
+        ):
+            self.add(node, "is-cuda-attribute", ast.unparse(node))
         self.generic_visit(node)
 
     def visit_Try(self, node):
@@ -280,7 +414,10 @@ class Visitor(ast.NodeVisitor):
                 self.add(node, "device-chain-raises",
                          f"if/elif over {sorted(devices)}, else: {ast.unparse(last[0])}")
         self.visit(node.test)
+        type_checking = ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+        self._type_checking += type_checking
         self._visit_guarded(node.test, node.body)
+        self._type_checking -= type_checking
         for stmt in node.orelse:
             self.visit(stmt)
 
@@ -288,12 +425,30 @@ class Visitor(ast.NodeVisitor):
         for alias in node.names:
             if alias.name == "torch.cuda._pin_memory_utils":
                 self.add(node, "cudart-call", f"import {alias.name}")
+            elif _is_cuda_module(alias.name) and alias.asname and not self._type_checking:
+                self.add(node, "cuda-module-import", ast.unparse(node))
+        self.generic_visit(node)
+
+    def visit_ImportFrom(self, node):
+        module = _absolute_module(self.rel, node.module, node.level)
+        names = [a.name for a in node.names]
+        if self._type_checking:
+            pass
+        elif _is_cuda_module(module):
+            if module == "torch.cuda" and names == ["_pin_memory_utils"]:
+                self.add(node, "cudart-call", ast.unparse(node))
+            else:
+                self.add(node, "cuda-module-import", ast.unparse(node))
         self.generic_visit(node)
 
     def visit_Compare(self, node):
-        consts = [c.value for c in [node.left, *node.comparators] if isinstance(c, ast.Constant)]
-        if "cuda" in consts:
+        operands = [node.left, *node.comparators]
+        consts = [c.value for c in operands if isinstance(c, ast.Constant)]
+        cuda_operands = [c for c in operands if _cuda_device_expr(c)]
+        if cuda_operands:
             self.add(node, "cuda-device-comparison", ast.unparse(node))
+            for c in cuda_operands:
+                self.consume(c)
         elif "privateuse1" in consts:
             self.add(node, "privateuse1-literal", ast.unparse(node))
         self.generic_visit(node)
@@ -308,6 +463,52 @@ class Visitor(ast.NodeVisitor):
         self.generic_visit(node)
 
     visit_List = visit_Tuple = visit_Set = _collection
+
+
+def _cuda_device_string(node) -> bool:
+    """"cuda", "cuda:N" or f"cuda:{...}"."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value == "cuda" or bool(CUDA_INDEXED.fullmatch(node.value))
+    if isinstance(node, ast.JoinedStr) and len(node.values) == 2:
+        head, tail = node.values
+        return (isinstance(head, ast.Constant) and head.value == "cuda:"
+                and isinstance(tail, ast.FormattedValue))
+    return False
+
+
+def _cuda_device_expr(node) -> bool:
+    """A CUDA device written out: the strings of _cuda_device_string (a conditional expression
+    with one of them as a branch counts) or torch.device() of one ("cuda", "cuda:N",
+    ("cuda", i), type="cuda")."""
+    if isinstance(node, ast.IfExp):
+        return _cuda_device_string(node.body) or _cuda_device_string(node.orelse)
+    if isinstance(node, ast.Call) and ast.unparse(node.func) == "torch.device":
+        first = node.args[0] if node.args else next(
+            (k.value for k in node.keywords if k.arg == "type"), None)
+        return first is not None and _cuda_device_expr(first)
+    return _cuda_device_string(node)
+
+
+def _is_cuda_module(module: str | None) -> bool:
+    return module is not None and (module == "torch.cuda" or module.startswith("torch.cuda."))
+
+
+def _absolute_module(rel: str, module: str | None, level: int) -> str | None:
+    """The module an ``import`` in file rel names (relative imports resolved)."""
+    if not level:
+        return module
+    package = rel[:-3].split("/")
+    package = package[:-1]  # the file's package (an __init__.py's is its directory)
+    if level > 1:
+        package = package[: len(package) - (level - 1)]
+    return ".".join(package + ([module] if module else []))
+
+
+def _names_class(node) -> bool:
+    """Tensor.is_cuda, torch.Tensor.is_cuda, TypedStorage.is_cuda: the property itself (a
+    reference, e.g. in torch.overrides), not a question about an object's device."""
+    last = ast.unparse(node).rsplit(".", 1)[-1]
+    return last[:1].isupper()
 
 
 def _names_device_module(node) -> bool:
@@ -358,12 +559,16 @@ class Rule:
     item: str = ""  # tracked: the TRACKED.md item; claims: the patch number
 
     def matches(self, site: dict) -> bool:
+        """path::scope matches the scope and the scopes nested in it; path::=scope only the
+        scope itself (a class body without its methods)."""
         f = self.file
         same_file = site["path"] == f or (f.endswith("/") and site["path"].startswith(f))
-        return same_file and self.category in (site["category"], "*") and (
-            self.scope == "*" or site["scope"] == self.scope
-            or site["scope"].startswith(self.scope + ".")
-        )
+        if not (same_file and self.category in (site["category"], "*")):
+            return False
+        if self.scope.startswith("="):
+            return site["scope"] == self.scope[1:]
+        return (self.scope == "*" or site["scope"] == self.scope
+                or site["scope"].startswith(self.scope + "."))
 
     @property
     def where(self) -> str:
@@ -451,7 +656,10 @@ def first_match(site: dict, rules: list[Rule]) -> Rule | None:
     return next((r for r in rules if r.matches(site)), None)
 
 
-def scan(root: Path, allow) -> list[dict]:
+def scan(root: Path, allow, calls: dict | None = None) -> list[dict]:
+    """The sites of root's torch/**/*.py files, each with its area ("allowlisted" for sites in
+    device-specific modules or matched by allow). With calls, also fills calls[(path, scope)]
+    with the names of the functions each scope calls (for moved_sites)."""
     sites = []
     torch_dir = root / "torch"
     for dirpath, dirnames, filenames in os.walk(torch_dir):
@@ -470,6 +678,9 @@ def scan(root: Path, allow) -> list[dict]:
             for s in v.sites:
                 s["area"] = "allowlisted" if allowlisted(s, allow) else area_of(rel)
             sites.extend(v.sites)
+            if calls is not None:
+                for scope, names in v.calls.items():
+                    calls[(rel, scope)] = names
     return sites
 
 
@@ -491,9 +702,20 @@ def copy_sources(src_root: Path, dest: Path):
                 shutil.copy2(s, d)
 
 
+AREA_NAMES = [a for a, _ in AREAS]
+# the order of the tables: what the series targets first
+AREA_ORDER = ["eager runtime", "distributed", "compile stack", "test utilities",
+              "benchmarks and tools"]
+assert sorted(AREA_ORDER) == sorted(AREA_NAMES)
+FOCUS = ("eager runtime", "distributed")
+
+
+def _delta(b: int, a: int) -> str:
+    return f" ({a - b:+d})" if a != b else ""
+
+
 def print_table(title, before, after=None):
-    areas = [a for a, _ in AREAS] + ["allowlisted"]
-    cols = ["before", "after", "removed"] if after is not None else ["sites"]
+    areas = AREA_ORDER + ["allowlisted"]
     print(title)
     width = max(len(c) for c in CATEGORIES) + 2
     for area in areas:
@@ -513,10 +735,48 @@ def print_table(title, before, after=None):
             if after is None:
                 print(f"    {cat:<{width}}{b:>6}")
             else:
-                print(f"    {cat:<{width}}{b:>6} -> {a:<6}" + (f" ({a - b:+d})" if a != b else ""))
+                print(f"    {cat:<{width}}{b:>6} -> {a:<6}" + _delta(b, a).lstrip())
 
 
-FOCUS = ("eager runtime", "distributed")
+def print_headline(before, after=None, flow=None):
+    """Every area and every category outside allowlisted code (the compile stack and the test
+    utilities included), with the total; flow: (removed, moved, added) counts of the series."""
+    def total(c, pred):
+        return sum(v for (a, cat), v in c.items() if a in AREA_NAMES and pred(a, cat))
+
+    rows = [(area, lambda a, c, area=area: a == area) for area in AREA_ORDER]
+    cats = [(cat, lambda a, c, cat=cat: c == cat) for cat in CATEGORIES]
+    width = max(len(n) for n, _ in rows + cats) + 2
+    what = "before -> after the series" if after is not None else "sites"
+    print()
+    print(f"headline: CUDA hardcoding outside allowlisted code, every area ({what})")
+
+    def line(name, pred, indent="  "):
+        b = total(before, pred)
+        if after is None:
+            print(f"{indent}{name:<{width}}{b:>6}")
+        else:
+            a = total(after, pred)
+            print(f"{indent}{name:<{width}}{b:>6} -> {a:<6}" + _delta(b, a).lstrip())
+
+    for name, pred in rows:
+        line(name, pred)
+    line("eager runtime + distributed", lambda a, c: a in FOCUS)
+    print("  by category, all areas:")
+    for name, pred in cats:
+        if total(before, pred) or (after is not None and total(after, pred)):
+            line(name, pred, "    ")
+    tb = total(before, lambda a, c: True)
+    if after is None:
+        print(f"total outside allowlisted code: {tb}; eager runtime + distributed: "
+              f"{total(before, lambda a, c: a in FOCUS)}")
+        return
+    ta = total(after, lambda a, c: True)
+    fb, fa = (total(x, lambda a, c: a in FOCUS) for x in (before, after))
+    removed, moved, added = flow
+    print(f"total outside allowlisted code: {tb} -> {ta} ({ta - tb:+d}): {removed} removed, "
+          f"{moved} moved into allowlisted helpers, {added} added; eager runtime + distributed: "
+          f"{fb} -> {fa} ({fa - fb:+d})")
 
 
 def site_key(s: dict) -> tuple:
@@ -524,6 +784,8 @@ def site_key(s: dict) -> tuple:
 
 
 def removed_sites(before: list[dict], after: list[dict]) -> list[dict]:
+    """The sites of before that after does not have (a multiset difference on path, scope,
+    category and code: line numbers may move). removed_sites(after, before): the added ones."""
     remaining = collections.Counter(site_key(s) for s in after)
     out = []
     for s in before:
@@ -532,6 +794,54 @@ def removed_sites(before: list[dict], after: list[dict]) -> list[dict]:
         else:
             out.append(s)
     return out
+
+
+def _calls_in(calls: dict, site: dict) -> set[str]:
+    """The functions the site's scope calls (its nested scopes included)."""
+    path, scope = site["path"], site["scope"]
+    out: set[str] = set()
+    for (p, sc), names in calls.items():
+        if p == path and (sc == scope or (scope != "<module>" and sc.startswith(scope + "."))):
+            out |= names
+    return out
+
+
+def moved_sites(before, after, calls_before, calls_after) -> list[tuple[dict, dict]]:
+    """(site, helper site) for each site outside allowlisted code that the series removed by
+    routing it through an allowlisted helper: after the series the site's scope calls a function
+    that it did not call before, and a scope of that name holds an allowlisted site of the same
+    category (a helper the series added, e.g. 0005's _register_host_memory, or one that was
+    there). The hardcoding then still runs, from allowlisted code: it was moved, not removed."""
+    helpers: dict[tuple[str, str], list[dict]] = collections.defaultdict(list)
+    for h in after:
+        if h["area"] == "allowlisted":
+            for name in set(h["scope"].split(".")):
+                helpers[(name, h["category"])].append(h)
+    by_path_before: dict[str, dict] = collections.defaultdict(dict)
+    by_path_after: dict[str, dict] = collections.defaultdict(dict)
+    for src, dst in ((calls_before, by_path_before), (calls_after, by_path_after)):
+        for (path, scope), names in src.items():
+            dst[path][(path, scope)] = names
+    out = []
+    for s in removed_sites(before, after):
+        if s["area"] == "allowlisted":
+            continue
+        new_calls = (_calls_in(by_path_after[s["path"]], s)
+                     - _calls_in(by_path_before[s["path"]], s))
+        helper = next((h for n in sorted(new_calls) for h in helpers.get((n, s["category"]), [])),
+                      None)
+        if helper is not None:
+            out.append((s, helper))
+    return out
+
+
+def series_flow(before, after, moved) -> tuple[list[dict], list[dict], list[dict]]:
+    """(removed, moved, added) sites outside allowlisted code: what the series takes away, what
+    it moves into allowlisted helpers and what it adds."""
+    moved_ids = {id(s) for s, _ in moved}
+    gone = [s for s in removed_sites(before, after) if s["area"] != "allowlisted"]
+    added = [s for s in removed_sites(after, before) if s["area"] != "allowlisted"]
+    return ([s for s in gone if id(s) not in moved_ids], [s for s, _ in moved], added)
 
 
 def check_claims(claims: list[Rule], patches, before: list[dict], after: list[dict]):
@@ -568,30 +878,69 @@ def check_claims(claims: list[Rule], patches, before: list[dict], after: list[di
     return rows, problems
 
 
-def report_series(before, after, claims, tracked, items, allow, patches) -> int:
-    """Prints claims, unclaimed removals, remaining and allowlisted sites; returns 1 on problems."""
+def _where(s: dict) -> str:
+    return f"{s['path']}:{s['line']}  [{s['category']}] {s['scope']}"
+
+
+def report_series(before, after, claims, tracked, items, allow, patches, moved=()) -> int:
+    """Prints claims, moved, unclaimed and added sites, remaining and allowlisted sites; returns
+    1 on problems."""
     problems: list[str] = []
     rows, claim_problems = check_claims(claims, patches, before, after)
     problems += claim_problems
+    moved = list(moved)
+    moved_to = {id(s): h for s, h in moved}
     print()
     print("claims of the series (patches/census_claims.txt): sites before -> after")
     for p, c, b, a, problem in rows:
         if c.file == "-":
             print(f"  {p.number}  (no census site: {c.reason})")
             continue
+        n_moved = sum(1 for s, _ in moved if c.matches(s))
         verdict = "ok" if not problem else f"FAILED: {problem}"
+        if n_moved and not problem:
+            verdict += f", {n_moved} of them moved into an allowlisted helper"
         print(f"  {p.number}  {c.where} [{c.category}]  {b} -> {a}  {verdict}")
     claimed_ok = sum(1 for _, c, _b, _a, problem in rows if c.file != "-" and not problem)
     print(f"  {claimed_ok} claims verified, {len(claim_problems)} problems")
 
-    unclaimed = [s for s in removed_sites(before, after)
+    if moved:
+        print()
+        print(f"sites the series moves into allowlisted helpers (counted as moved, not removed): "
+              f"{len(moved)}")
+        for s, h in moved:
+            claim = first_match(s, claims)
+            rule = first_match(h, allow)
+            why = rule.reason if rule else "device-specific module"
+            print(f"  {claim.item if claim else '?':<5} {_where(s)}")
+            print(f"        -> {h['path']}::{h['scope']} ({why})")
+
+    gone = removed_sites(before, after)
+    unclaimed = [s for s in gone
                  if s["area"] != "allowlisted" and not any(c.matches(s) for c in claims)]
     if unclaimed:
         print()
         print("sites the series removes that no patch claims:")
         for s in unclaimed:
-            print(f"  {s['path']}:{s['line']}  [{s['category']}] {s['scope']}: {s['code']}")
+            print(f"  {_where(s)}: {s['code']}")
         problems.append(f"{len(unclaimed)} removed sites are not claimed")
+
+    new_sites = removed_sites(after, before)
+    added = [s for s in new_sites if s["area"] != "allowlisted"]
+    if added:
+        print()
+        print(f"sites the series adds outside allowlisted code: {len(added)}")
+        for s in added:
+            print(f"  {_where(s)}: {s['code']}")
+    added_allowed = [s for s in new_sites if s["area"] == "allowlisted"]
+    if added_allowed:
+        print()
+        print(f"sites the series adds in allowlisted code (helpers the moved sites went to, "
+              f"CUDA's own branches): {len(added_allowed)}")
+        for s in added_allowed:
+            rule = first_match(s, allow)
+            print(f"  {_where(s)}: {s['code']}")
+            print(f"        ({rule.reason if rule else 'device-specific module'})")
 
     for r in tracked:
         if r.item not in items:
@@ -613,11 +962,11 @@ def report_series(before, after, claims, tracked, items, allow, patches) -> int:
     for item in order:
         print(f"  tracked {item}: {items.get(item, '?')}")
         for s in groups[item]:
-            print(f"      {s['path']}:{s['line']}  [{s['category']}] {s['scope']}")
+            print(f"      {_where(s)}")
     if unclassified:
         print("  unclassified (neither patched, tracked nor allowlisted):")
         for s in unclassified:
-            print(f"      {s['path']}:{s['line']}  [{s['category']}] {s['scope']}: {s['code']}")
+            print(f"      {_where(s)}: {s['code']}")
         problems.append(f"{len(unclassified)} unclassified sites in the eager runtime and "
                         "torch.distributed")
 
@@ -633,7 +982,8 @@ def report_series(before, after, claims, tracked, items, allow, patches) -> int:
     for reason, sites in by_reason.items():
         print(f"  {reason}")
         for s in sites:
-            print(f"      {s['path']}:{s['line']}  [{s['category']}] {s['scope']}")
+            mark = "  (moved here by the series)" if any(h is s for h in moved_to.values()) else ""
+            print(f"      {_where(s)}{mark}")
 
     print()
     if problems:
@@ -656,7 +1006,7 @@ def main(argv=None) -> int:
     ap.add_argument("--tracked", type=Path, default=HERE / "census_tracked.txt")
     ap.add_argument("--tracked-md", type=Path, default=HERE / "TRACKED.md")
     ap.add_argument("--claims", type=Path, help="default: SERIES_DIR/census_claims.txt")
-    ap.add_argument("--list", choices=("all", "removed", "remaining"),
+    ap.add_argument("--list", choices=("all", "removed", "moved", "added", "remaining"),
                     help="print the sites (remaining: not allowlisted, eager runtime + distributed)")
     ap.add_argument("--json", type=Path, help="write the sites and counts as JSON")
     ap.add_argument("--markdown", action="store_true", help="print the summary as a Markdown table")
@@ -665,7 +1015,9 @@ def main(argv=None) -> int:
     root = halpatch.resolve_target(args.tree or halpatch.installed_torch_root(), "tree").root
     allow = load_allowlist(args.allowlist)
     version = halpatch.torch_version(root)
-    before = scan(root, allow)
+    calls_before: dict = {}
+    calls_after: dict = {}
+    before = scan(root, allow, calls_before)
     after = None
     patches = []
     if args.series:
@@ -683,51 +1035,46 @@ def main(argv=None) -> int:
             if r.returncode != 0:
                 print(r.stdout + r.stderr)
                 return 1
-            after = scan(Path(td), allow)
+            after = scan(Path(td), allow, calls_after)
 
     cb = counts(before)
     ca = counts(after) if after is not None else None
+    moved = moved_sites(before, after, calls_before, calls_after) if after is not None else []
+    flow = series_flow(before, after, moved) if after is not None else None
     print(f"census of torch {version} ({root})")
     if args.markdown:
         print_markdown(cb, ca)
     else:
-        print_table("sites by area and category" + (" (before -> after the series)" if ca else ""), cb, ca)
-    generic = [a for a, _ in AREAS]
-    tb = sum(v for (a, _), v in cb.items() if a in generic)
-    line = f"total outside allowlisted code: {tb}"
-    fb = sum(v for (a, _), v in cb.items() if a in FOCUS)
-    if ca is not None:
-        ta = sum(v for (a, _), v in ca.items() if a in generic)
-        fa = sum(v for (a, _), v in ca.items() if a in FOCUS)
-        line += f" -> {ta} ({ta - tb:+d}); eager runtime + distributed: {fb} -> {fa} ({fa - fb:+d})"
-    else:
-        line += f"; eager runtime + distributed: {fb}"
-    print(line)
+        print_table("sites by area and category" + (" (before -> after the series)" if ca else ""),
+                    cb, ca)
+    print_headline(cb, ca, tuple(len(x) for x in flow) if flow else None)
 
     if args.list:
-        if args.list == "removed" and after is not None:
-            listed = removed_sites(before, after)
+        if args.list in ("removed", "moved", "added") and after is not None:
+            listed = dict(zip(("removed", "moved", "added"), flow))[args.list]
         elif args.list == "remaining":
             listed = [s for s in (after if after is not None else before) if s["area"] in FOCUS]
         else:
             listed = before
         for s in listed:
-            print(f"{s['path']}:{s['line']}  [{s['category']}] {s['scope']}: {s['code']}")
+            print(f"{_where(s)}: {s['code']}")
     if args.json:
         args.json.write_text(json.dumps({
             "torch": version,
             "before": before,
             "after": after,
+            "moved": [{"site": s, "helper": h} for s, h in moved],
+            "added": flow[2] if flow else None,
         }, indent=1))
     if after is None:
         return 0
     claims = load_claims(args.claims or args.series_dir / "census_claims.txt")
     return report_series(before, after, claims, load_tracked(args.tracked),
-                         tracked_items(args.tracked_md), allow, patches)
+                         tracked_items(args.tracked_md), allow, patches, moved)
 
 
 def print_markdown(cb, ca):
-    areas = [a for a, _ in AREAS] + ["allowlisted"]
+    areas = AREA_ORDER + ["allowlisted"]
     hdr = "| area | category | before | after |" if ca is not None else "| area | category | sites |"
     print(hdr)
     print("|---|---|---|---|" if ca is not None else "|---|---|---|")
