@@ -3,9 +3,11 @@
  * init, nrt_close at fini). The runtime is process-wide state: one initialised backend
  * instance per process owns it. */
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "hal_backends/trainium/trn_internal.h"
 
@@ -63,6 +65,70 @@ static void find_node_position(trn_backend_t *backend)
     }
 }
 
+/* Appends "; <fmt>" to the path line. */
+static void path_append(trn_backend_t *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void path_append(trn_backend_t *b, const char *fmt, ...)
+{
+    size_t used = strlen(b->path_line);
+    if (used >= sizeof(b->path_line))
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b->path_line + used, sizeof(b->path_line) - used, fmt, ap);
+    va_end(ap);
+}
+
+/* Composes the path line: which runtime was loaded and, for each thing a runtime may lack, the
+ * path taken. Returns whether the runtime forced a fallback (an optional function missing). */
+static bool compose_path_line(trn_backend_t *b)
+{
+    const trn_nrt_t *nrt = &b->nrt;
+    b->path_line[0] = '\0';
+    if (nrt->have_version)
+        path_append(b, "trainium: libnrt %llu.%llu.%llu.%llu at %s",
+                    (unsigned long long)nrt->version[0], (unsigned long long)nrt->version[1],
+                    (unsigned long long)nrt->version[2], (unsigned long long)nrt->version[3],
+                    nrt->path);
+    else
+        path_append(b, "trainium: libnrt of unknown version (%s) at %s",
+                    nrt->get_version == NULL ? "no nrt_get_version" : "nrt_get_version failed",
+                    nrt->path);
+    path_append(b, "; collectives: host-staged");
+    if (nrt->get_vnc_memory_stats != NULL)
+        path_append(b, "; memory: from the runtime");
+    else
+        path_append(b, "; memory: %s (no nrt_get_vnc_memory_stats), free memory unknown",
+                    b->have_instance ? "the instance's HBM share" : "unknown");
+    if (nrt->get_instance_info == NULL)
+        path_append(b, "; device names: core numbers only (no nrt_get_instance_info)");
+    if (nrt->get_total_vnc_count == NULL)
+        path_append(b, "; node position: unknown (no nrt_get_total_vnc_count)");
+    if (!nrt->have_programs)
+        path_append(b, "; programs: none (the runtime lacks part of nrt_load ... "
+                       "nrt_get_model_tensor_info)");
+    if (nrt->missing[0] != '\0')
+        path_append(b, "; missing: %s", nrt->missing);
+    return nrt->missing[0] != '\0';
+}
+
+/* NEURON_RT_LOG_LEVEL asks for INFO or more (the runtime's own verbosity variable). */
+static bool log_level_info(void)
+{
+    const char *level = getenv("NEURON_RT_LOG_LEVEL");
+    return level != NULL && (strcasecmp(level, "INFO") == 0 || strcasecmp(level, "DEBUG") == 0 ||
+                             strcasecmp(level, "TRACE") == 0);
+}
+
+/* The path line goes to stderr when the backend is opened, if the runtime forced a fallback
+ * (which a user should learn of) or NEURON_RT_LOG_LEVEL asks for INFO. */
+static void log_path_line(trn_backend_t *b)
+{
+    bool forced = compose_path_line(b);
+    if (forced || log_level_info())
+        fprintf(stderr, "%s\n", b->path_line);
+}
+
 static hal_status_t trn_init(const hal_host_services_t *host, void **out)
 {
     trn_backend_t *backend = calloc(1, sizeof(*backend));
@@ -110,11 +176,13 @@ static hal_status_t trn_init(const hal_host_services_t *host, void **out)
     /* Instance facts only name devices and size a fallback; their absence is not an error. */
     memset(&backend->instance, 0, sizeof(backend->instance));
     backend->have_instance =
+        nrt->get_instance_info != NULL &&
         nrt->get_instance_info(&backend->instance, sizeof(backend->instance)) == NRT_SUCCESS;
     uint32_t total = 0;
-    if (nrt->get_total_vnc_count(&total) == NRT_SUCCESS)
+    if (nrt->get_total_vnc_count != NULL && nrt->get_total_vnc_count(&total) == NRT_SUCCESS)
         backend->total_vnc = total;
     find_node_position(backend);
+    log_path_line(backend);
     *out = backend;
     return HAL_OK;
 

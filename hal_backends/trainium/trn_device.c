@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Trainium backend: devices. A device is one visible logical NeuronCore; its index is the
  * runtime's vnc, relative to the set the process owns (NEURON_RT_VISIBLE_CORES=4-5 gives
- * devices 0 and 1). Properties come from nrt_get_instance_info and nrt_get_vnc_memory_stats.
+ * devices 0 and 1). Properties come from nrt_get_instance_info and nrt_get_vnc_memory_stats
+ * where the runtime has them (both are optional: without them the name carries only the core
+ * number, and the memory size is the instance's HBM share, or 0 when the instance is unknown).
  *
  * Device loss is sticky: after a hardware error the core reports HAL_ERROR_DEVICE_LOST from
  * allocations and from every one of its streams until the backend is closed. */
@@ -166,7 +168,9 @@ hal_status_t trn_device_open(void *backend_, uint32_t index, void **out)
 
     nrt_vnc_memory_stats_t stats = { 0, 0 };
     size_t got = 0;
-    NRT_STATUS rc = backend->nrt.get_vnc_memory_stats(index, &stats, sizeof(stats), &got);
+    NRT_STATUS rc = backend->nrt.get_vnc_memory_stats != NULL
+                        ? backend->nrt.get_vnc_memory_stats(index, &stats, sizeof(stats), &got)
+                        : NRT_FAILURE;
     if (rc == NRT_SUCCESS &&
         got >= offsetof(nrt_vnc_memory_stats_t, bytes_limit) + sizeof(stats.bytes_limit) &&
         stats.bytes_limit > 0)
@@ -224,9 +228,11 @@ hal_status_t trn_device_get_properties(void *device_, hal_device_properties_t *p
         props->total_memory = device->total_memory;
     /* PEER_COPY: device-to-device copies across cores are staged through host memory (the
      * runtime's nrt_tensor_copy only copies within one core). */
+    const trn_nrt_t *nrt = &device->backend->nrt;
     if (TRN_PROPS_HAS(props, capabilities))
         props->capabilities = HAL_DEVICE_CAP_TIMING_EVENTS | HAL_DEVICE_CAP_HOST_CALLBACKS |
-                              HAL_DEVICE_CAP_PEER_COPY | HAL_DEVICE_CAP_PROGRAMS;
+                              HAL_DEVICE_CAP_PEER_COPY |
+                              (nrt->have_programs ? HAL_DEVICE_CAP_PROGRAMS : 0);
     if (TRN_PROPS_HAS(props, stream_priority_least))
         props->stream_priority_least = TRN_PRIORITY_LEAST;
     if (TRN_PROPS_HAS(props, stream_priority_greatest))
@@ -234,7 +240,7 @@ hal_status_t trn_device_get_properties(void *device_, hal_device_properties_t *p
     if (TRN_PROPS_HAS(props, alignment))
         props->alignment = TRN_MIN_ALIGNMENT;
     if (TRN_PROPS_HAS(props, program_formats))
-        props->program_formats = 1u << HAL_PROGRAM_FORMAT_NEFF;
+        props->program_formats = nrt->have_programs ? 1u << HAL_PROGRAM_FORMAT_NEFF : 0;
     if (TRN_PROPS_HAS(props, node_device_count) && device->backend->node_count != 0) {
         props->node_index = device->backend->node_first + device->index;
         props->node_device_count = device->backend->node_count;
@@ -253,6 +259,11 @@ hal_status_t trn_device_get_free_memory(void *device_, uint64_t *free_bytes)
 {
     trn_device_t *device = device_;
     trn_backend_t *backend = device->backend;
+    if (backend->nrt.get_vnc_memory_stats == NULL) {
+        trn_set_error(backend, "the runtime has no nrt_get_vnc_memory_stats: free device memory "
+                               "is not known");
+        return HAL_ERROR_UNSUPPORTED;
+    }
     nrt_vnc_memory_stats_t stats = { 0, 0 };
     size_t got = 0;
     NRT_STATUS rc = backend->nrt.get_vnc_memory_stats(device->index, &stats, sizeof(stats), &got);

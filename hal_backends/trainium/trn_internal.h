@@ -60,17 +60,25 @@
 
 /* ---- libnrt, loaded at run time (trn_nrt.c) ------------------------------------------------ */
 
+/* What the loaded runtime offers beyond the functions the backend cannot work without. Each
+ * optional function, or group of functions, is resolved only if present; a group with one
+ * member missing is dropped whole. */
 typedef struct trn_nrt {
     void *dl;
     char path[PATH_MAX]; /* where the library was found, for messages */
     bool is_emulator;    /* it is the libnrt emulator (it exports nrt_emu_set_fault) */
-    nrt_get_status_as_str_fn *get_status_as_str;
+    /* Version from nrt_get_version (have_version false when the runtime has no such function or
+     * it failed): rt_major.rt_minor.rt_patch.rt_maintenance. */
+    bool have_version;
+    uint64_t version[4];
+    char version_detail[RT_VERSION_DETAIL_LEN];
+    /* Optional functions the runtime lacks, named for the path line (", "-separated). */
+    char missing[TRN_MSG_MAX];
+
+    /* Required. */
     nrt_init_fn *init;
     nrt_close_fn *close;
-    nrt_get_instance_info_fn *get_instance_info;
     nrt_get_visible_vnc_count_fn *get_visible_vnc_count;
-    nrt_get_total_vnc_count_fn *get_total_vnc_count;
-    nrt_get_vnc_memory_stats_fn *get_vnc_memory_stats;
     nrt_tensor_allocate_fn *tensor_allocate;
     nrt_tensor_allocate_slice_fn *tensor_allocate_slice;
     nrt_tensor_free_fn *tensor_free;
@@ -79,6 +87,16 @@ typedef struct trn_nrt {
     nrt_tensor_write_fn *tensor_write;
     nrt_tensor_copy_fn *tensor_copy;
     nrt_tensor_memset_fn *tensor_memset;
+
+    /* Optional, each on its own (NULL when absent). */
+    nrt_get_status_as_str_fn *get_status_as_str;       /* else the backend's own names */
+    nrt_get_version_fn *get_version;                   /* else the version is unknown */
+    nrt_get_instance_info_fn *get_instance_info;       /* else names without the instance */
+    nrt_get_total_vnc_count_fn *get_total_vnc_count;   /* else no node position */
+    nrt_get_vnc_memory_stats_fn *get_vnc_memory_stats; /* else memory from the instance */
+
+    /* Optional group: programs (HAL_DEVICE_CAP_PROGRAMS). */
+    bool have_programs;
     nrt_allocate_tensor_set_fn *allocate_tensor_set;
     nrt_destroy_tensor_set_fn *destroy_tensor_set;
     nrt_add_tensor_to_tensor_set_fn *add_tensor_to_tensor_set;
@@ -90,11 +108,14 @@ typedef struct trn_nrt {
 } trn_nrt_t;
 
 /* Finds and loads libnrt.so.1 (HAL_NEURON_LIBNRT, then the installed runtime, then the loader's
- * search path) and resolves every function above. Returns HAL_OK, or HAL_ERROR_NOT_FOUND with
- * the reason in msg (no library, or one that lacks functions, which are named). */
+ * search path), resolves the required functions and whichever optional ones the runtime has,
+ * and reads its version. Returns HAL_OK, or HAL_ERROR_NOT_FOUND with the reason in msg (no
+ * library, or one that lacks required functions, which are named). */
 hal_status_t trn_nrt_load(trn_nrt_t *nrt, char *msg, size_t msg_size);
 /* Unloads what trn_nrt_load loaded. */
 void trn_nrt_unload(trn_nrt_t *nrt);
+/* Whether the runtime's version is at least major.minor (false when it is unknown). */
+bool trn_nrt_version_at_least(const trn_nrt_t *nrt, uint64_t major, uint64_t minor);
 
 /* ---- NRT status codes (trn_status.c) ------------------------------------------------------- */
 
@@ -134,6 +155,10 @@ typedef struct trn_backend {
     uint32_t node_count;
     nrt_instance_info_t instance;
     bool have_instance;
+    /* Which path the backend takes for each thing a runtime may lack, in one line (the "path
+     * line"), written to stderr at open where the runtime forced a fallback or
+     * NEURON_RT_LOG_LEVEL asks for INFO. */
+    char path_line[TRN_MSG_MAX];
 } trn_backend_t;
 
 typedef struct trn_device {

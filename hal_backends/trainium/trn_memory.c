@@ -45,7 +45,8 @@ static hal_status_t alloc_failed(trn_device_t *device, NRT_STATUS rc, size_t siz
     } else if (rc == NRT_RESOURCE) {
         nrt_vnc_memory_stats_t stats = { 0, 0 };
         size_t got = 0;
-        if (b->nrt.get_vnc_memory_stats(device->index, &stats, sizeof(stats), &got) ==
+        if (b->nrt.get_vnc_memory_stats != NULL &&
+            b->nrt.get_vnc_memory_stats(device->index, &stats, sizeof(stats), &got) ==
                 NRT_SUCCESS &&
             got >= sizeof(stats)) {
             size_t len = strlen(msg);

@@ -4,6 +4,9 @@
  * loads on any machine and says precisely what is missing where the runtime is absent or too
  * old.
  *
+ * Required are the functions of devices and memory, which every libnrt 2.x has; the others are
+ * optional (trn_nrt_t says what each enables) and the backend falls back without them.
+ *
  * Search order: $HAL_NEURON_LIBNRT (a file path; when set, nothing else is tried, so a typo
  * fails loudly instead of silently picking up another runtime), then the path the
  * aws-neuronx-runtime-lib package installs to, then the dynamic loader's search path, and last a
@@ -18,44 +21,56 @@
 
 #include "hal_backends/trainium/trn_internal.h"
 
+/* How a function is resolved: required (the backend refuses a runtime without it), optional on
+ * its own, or a member of an optional group (dropped whole when one member is missing). */
+typedef enum trn_nrt_need {
+    TRN_NEED_REQUIRED,
+    TRN_NEED_OPTIONAL,
+    TRN_NEED_PROGRAMS,
+} trn_nrt_need_t;
+
 typedef struct trn_nrt_symbol {
     const char *name;
     size_t offset; /* of the function pointer in trn_nrt_t */
+    trn_nrt_need_t need;
 } trn_nrt_symbol_t;
 
 /* The entry resolving `symbol` into `field`. The field must point to the symbol's function type
  * from nrt_abi.h (symbol##_fn): the unevaluated comparison of the two pointer types does not
  * compile when they differ (distinct pointer types, an error with -Werror). */
-#define TRN_SYM(field, symbol)                                                                     \
-    {                                                                                              \
-        .name = #symbol, .offset = offsetof(trn_nrt_t, field) +                                    \
-                                   0 * sizeof(&((trn_nrt_t *)NULL)->field == (symbol##_fn **)NULL) \
+#define TRN_SYM(field, symbol, how)                                                \
+    {                                                                              \
+        .name = #symbol,                                                           \
+        .offset = offsetof(trn_nrt_t, field) +                                     \
+                  0 * sizeof(&((trn_nrt_t *)NULL)->field == (symbol##_fn **)NULL), \
+        .need = (how)                                                              \
     }
 
 static const trn_nrt_symbol_t trn_nrt_symbols[] = {
-    TRN_SYM(get_status_as_str, nrt_get_status_as_str),
-    TRN_SYM(init, nrt_init),
-    TRN_SYM(close, nrt_close),
-    TRN_SYM(get_instance_info, nrt_get_instance_info),
-    TRN_SYM(get_visible_vnc_count, nrt_get_visible_vnc_count),
-    TRN_SYM(get_total_vnc_count, nrt_get_total_vnc_count),
-    TRN_SYM(get_vnc_memory_stats, nrt_get_vnc_memory_stats),
-    TRN_SYM(tensor_allocate, nrt_tensor_allocate),
-    TRN_SYM(tensor_allocate_slice, nrt_tensor_allocate_slice),
-    TRN_SYM(tensor_free, nrt_tensor_free),
-    TRN_SYM(tensor_get_va, nrt_tensor_get_va),
-    TRN_SYM(tensor_read, nrt_tensor_read),
-    TRN_SYM(tensor_write, nrt_tensor_write),
-    TRN_SYM(tensor_copy, nrt_tensor_copy),
-    TRN_SYM(tensor_memset, nrt_tensor_memset),
-    TRN_SYM(allocate_tensor_set, nrt_allocate_tensor_set),
-    TRN_SYM(destroy_tensor_set, nrt_destroy_tensor_set),
-    TRN_SYM(add_tensor_to_tensor_set, nrt_add_tensor_to_tensor_set),
-    TRN_SYM(load, nrt_load),
-    TRN_SYM(unload, nrt_unload),
-    TRN_SYM(execute, nrt_execute),
-    TRN_SYM(get_model_tensor_info, nrt_get_model_tensor_info),
-    TRN_SYM(free_model_tensor_info, nrt_free_model_tensor_info),
+    TRN_SYM(init, nrt_init, TRN_NEED_REQUIRED),
+    TRN_SYM(close, nrt_close, TRN_NEED_REQUIRED),
+    TRN_SYM(get_visible_vnc_count, nrt_get_visible_vnc_count, TRN_NEED_REQUIRED),
+    TRN_SYM(tensor_allocate, nrt_tensor_allocate, TRN_NEED_REQUIRED),
+    TRN_SYM(tensor_allocate_slice, nrt_tensor_allocate_slice, TRN_NEED_REQUIRED),
+    TRN_SYM(tensor_free, nrt_tensor_free, TRN_NEED_REQUIRED),
+    TRN_SYM(tensor_get_va, nrt_tensor_get_va, TRN_NEED_REQUIRED),
+    TRN_SYM(tensor_read, nrt_tensor_read, TRN_NEED_REQUIRED),
+    TRN_SYM(tensor_write, nrt_tensor_write, TRN_NEED_REQUIRED),
+    TRN_SYM(tensor_copy, nrt_tensor_copy, TRN_NEED_REQUIRED),
+    TRN_SYM(tensor_memset, nrt_tensor_memset, TRN_NEED_REQUIRED),
+    TRN_SYM(get_status_as_str, nrt_get_status_as_str, TRN_NEED_OPTIONAL),
+    TRN_SYM(get_version, nrt_get_version, TRN_NEED_OPTIONAL),
+    TRN_SYM(get_instance_info, nrt_get_instance_info, TRN_NEED_OPTIONAL),
+    TRN_SYM(get_total_vnc_count, nrt_get_total_vnc_count, TRN_NEED_OPTIONAL),
+    TRN_SYM(get_vnc_memory_stats, nrt_get_vnc_memory_stats, TRN_NEED_OPTIONAL),
+    TRN_SYM(allocate_tensor_set, nrt_allocate_tensor_set, TRN_NEED_PROGRAMS),
+    TRN_SYM(destroy_tensor_set, nrt_destroy_tensor_set, TRN_NEED_PROGRAMS),
+    TRN_SYM(add_tensor_to_tensor_set, nrt_add_tensor_to_tensor_set, TRN_NEED_PROGRAMS),
+    TRN_SYM(load, nrt_load, TRN_NEED_PROGRAMS),
+    TRN_SYM(unload, nrt_unload, TRN_NEED_PROGRAMS),
+    TRN_SYM(execute, nrt_execute, TRN_NEED_PROGRAMS),
+    TRN_SYM(get_model_tensor_info, nrt_get_model_tensor_info, TRN_NEED_PROGRAMS),
+    TRN_SYM(free_model_tensor_info, nrt_free_model_tensor_info, TRN_NEED_PROGRAMS),
 };
 
 #define TRN_NRT_SYMBOL_COUNT (sizeof(trn_nrt_symbols) / sizeof(trn_nrt_symbols[0]))
@@ -106,39 +121,92 @@ static void *open_bundled(char *path, size_t path_size, char *reasons, size_t si
     return dl;
 }
 
-/* Resolves every function; on failure names all the missing ones. */
+/* Appends ", name" (or "name") to a list of names. */
+static void list_append(char *list, size_t size, const char *name)
+{
+    size_t used = strlen(list);
+    if (used < size)
+        snprintf(list + used, size - used, "%s%s", used > 0 ? ", " : "", name);
+}
+
+static void *field_of(trn_nrt_t *nrt, const trn_nrt_symbol_t *sym)
+{
+    return (char *)nrt + sym->offset;
+}
+
+/* Clears every member of an optional group (one was missing). */
+static void drop_group(trn_nrt_t *nrt, trn_nrt_need_t need)
+{
+    for (size_t i = 0; i < TRN_NRT_SYMBOL_COUNT; i++)
+        if (trn_nrt_symbols[i].need == need)
+            memset(field_of(nrt, &trn_nrt_symbols[i]), 0, sizeof(void (*)(void)));
+}
+
+/* Resolves every function. Missing required ones fail the load, all named; missing optional
+ * ones are recorded in nrt->missing and leave their pointer (or their whole group) NULL. */
 static hal_status_t resolve_symbols(trn_nrt_t *nrt, char *msg, size_t msg_size)
 {
     char missing[TRN_MSG_MAX] = "";
-    size_t used = 0;
-    unsigned count = 0;
+    unsigned count = 0, required = 0;
+    bool programs = true;
     for (size_t i = 0; i < TRN_NRT_SYMBOL_COUNT; i++) {
+        const trn_nrt_symbol_t *sym = &trn_nrt_symbols[i];
+        required += sym->need == TRN_NEED_REQUIRED;
         dlerror();
-        void *sym = dlsym(nrt->dl, trn_nrt_symbols[i].name);
-        if (sym == NULL) {
-            if (used < sizeof(missing)) {
-                int n = snprintf(missing + used, sizeof(missing) - used, "%s%s",
-                                 count > 0 ? ", " : "", trn_nrt_symbols[i].name);
-                used += n > 0 ? (size_t)n : 0;
+        void *fn = dlsym(nrt->dl, sym->name);
+        if (fn == NULL) {
+            if (sym->need == TRN_NEED_REQUIRED) {
+                list_append(missing, sizeof(missing), sym->name);
+                count++;
+            } else {
+                list_append(nrt->missing, sizeof(nrt->missing), sym->name);
+                programs = programs && sym->need != TRN_NEED_PROGRAMS;
             }
-            count++;
             continue;
         }
         /* Function pointers and data pointers have the same representation on every platform
          * dlsym works on (POSIX requires it). */
-        memcpy((char *)nrt + trn_nrt_symbols[i].offset, &sym, sizeof(sym));
+        memcpy(field_of(nrt, sym), &fn, sizeof(fn));
     }
-    if (count == 0) {
-        /* The emulator's extension marks it, for messages about what it cannot do. */
-        nrt->is_emulator = dlsym(nrt->dl, "nrt_emu_set_fault") != NULL;
-        return HAL_OK;
+    if (count > 0) {
+        snprintf(msg, msg_size,
+                 "libnrt.so.1 at %s lacks %s (%u of the %u functions the backend needs; it was "
+                 "written against libnrt " NRT_ABI_LIBNRT_VERSION
+                 " of Neuron SDK " NRT_ABI_SDK_VERSION ")",
+                 nrt->path, missing, count, required);
+        return HAL_ERROR_NOT_FOUND;
     }
-    snprintf(msg, msg_size,
-             "libnrt.so.1 at %s lacks %s (%u of the %zu functions the backend needs; it was "
-             "written against libnrt " NRT_ABI_LIBNRT_VERSION " of Neuron SDK " NRT_ABI_SDK_VERSION
-             ")",
-             nrt->path, missing, count, TRN_NRT_SYMBOL_COUNT);
-    return HAL_ERROR_NOT_FOUND;
+    nrt->have_programs = programs;
+    if (!programs)
+        drop_group(nrt, TRN_NEED_PROGRAMS);
+    /* The emulator's extension marks it, for messages about what it cannot do. */
+    nrt->is_emulator = dlsym(nrt->dl, "nrt_emu_set_fault") != NULL;
+    return HAL_OK;
+}
+
+/* Reads the runtime's version (callable before nrt_init, per nrt_version.h). */
+static void read_version(trn_nrt_t *nrt)
+{
+    if (nrt->get_version == NULL)
+        return;
+    nrt_version_t v;
+    memset(&v, 0, sizeof(v));
+    if (nrt->get_version(&v, sizeof(v)) != NRT_SUCCESS || (v.rt_major == 0 && v.rt_minor == 0))
+        return;
+    nrt->have_version = true;
+    nrt->version[0] = v.rt_major;
+    nrt->version[1] = v.rt_minor;
+    nrt->version[2] = v.rt_patch;
+    nrt->version[3] = v.rt_maintenance;
+    memcpy(nrt->version_detail, v.rt_detail, sizeof(nrt->version_detail));
+    nrt->version_detail[sizeof(nrt->version_detail) - 1] = '\0';
+}
+
+bool trn_nrt_version_at_least(const trn_nrt_t *nrt, uint64_t major, uint64_t minor)
+{
+    if (!nrt->have_version)
+        return false;
+    return nrt->version[0] > major || (nrt->version[0] == major && nrt->version[1] >= minor);
 }
 
 hal_status_t trn_nrt_load(trn_nrt_t *nrt, char *msg, size_t msg_size)
@@ -178,8 +246,10 @@ hal_status_t trn_nrt_load(trn_nrt_t *nrt, char *msg, size_t msg_size)
     if (st != HAL_OK) {
         dlclose(nrt->dl);
         nrt->dl = NULL;
+        return st;
     }
-    return st;
+    read_version(nrt);
+    return HAL_OK;
 }
 
 void trn_nrt_unload(trn_nrt_t *nrt)

@@ -365,12 +365,12 @@ static NRT_STATUS count_cores(const char *api, uint32_t *vnc_count, bool visible
     return status;
 }
 
-NRT_EMU_EXPORT NRT_STATUS nrt_get_total_nc_count(uint32_t *vnc_count)
+NRT_EMU_EXPORT_RECENT NRT_STATUS nrt_get_total_nc_count(uint32_t *vnc_count)
 {
     return count_cores("nrt_get_total_nc_count", vnc_count, false);
 }
 
-NRT_EMU_EXPORT NRT_STATUS nrt_get_total_vnc_count(uint32_t *vnc_count)
+NRT_EMU_EXPORT_RECENT NRT_STATUS nrt_get_total_vnc_count(uint32_t *vnc_count)
 {
     return count_cores("nrt_get_total_vnc_count", vnc_count, false);
 }

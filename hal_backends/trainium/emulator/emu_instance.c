@@ -119,7 +119,8 @@ int emu_platform_hbm_index(const emu_platform_t *p, uint32_t abs_vnc)
     return (int)(first_phys / phys_per_hbm);
 }
 
-NRT_EMU_EXPORT NRT_STATUS nrt_get_instance_info(nrt_instance_info_t *info, size_t instance_info_len)
+NRT_EMU_EXPORT_RECENT NRT_STATUS nrt_get_instance_info(nrt_instance_info_t *info,
+                                                       size_t instance_info_len)
 {
     static const char *const api = "nrt_get_instance_info";
     if (info == NULL) {

@@ -23,6 +23,15 @@
 
 #define NRT_EMU_EXPORT __attribute__((visibility("default")))
 
+/* Functions that runtimes older than the emulated one may lack, and that the Trainium backend
+ * therefore loads as optional. The legacy build (EMU_LEGACY_RUNTIME: //hal_backends/trainium/
+ * emulator:legacy/libnrt.so.1, a test double of such a runtime) does not export them. */
+#ifdef EMU_LEGACY_RUNTIME
+#define NRT_EMU_EXPORT_RECENT __attribute__((visibility("hidden")))
+#else
+#define NRT_EMU_EXPORT_RECENT NRT_EMU_EXPORT
+#endif
+
 /* The libnrt release whose documented behaviour the emulator follows. */
 #define EMU_NRT_MAJOR       2
 #define EMU_NRT_MINOR       30

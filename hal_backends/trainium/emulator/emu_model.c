@@ -342,8 +342,8 @@ NRT_EMU_EXPORT NRT_STATUS nrt_unload(nrt_model_t *model)
     return status;
 }
 
-NRT_EMU_EXPORT NRT_STATUS nrt_get_model_tensor_info(nrt_model_t *model,
-                                                    nrt_tensor_info_array_t **tensor_info)
+NRT_EMU_EXPORT_RECENT NRT_STATUS nrt_get_model_tensor_info(nrt_model_t *model,
+                                                           nrt_tensor_info_array_t **tensor_info)
 {
     static const char *const api = "nrt_get_model_tensor_info";
     NRT_STATUS status = emu_enter(api);

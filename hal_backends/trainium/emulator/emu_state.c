@@ -132,7 +132,7 @@ NRT_EMU_EXPORT void nrt_close(void)
     pthread_rwlock_unlock(&emu_rt.lock);
 }
 
-NRT_EMU_EXPORT NRT_STATUS nrt_get_version(nrt_version_t *ver, size_t size)
+NRT_EMU_EXPORT_RECENT NRT_STATUS nrt_get_version(nrt_version_t *ver, size_t size)
 {
     if (ver == NULL || size == 0) {
         EMU_ERR("nrt_get_version", "ver is NULL or size is 0");
@@ -153,7 +153,7 @@ NRT_EMU_EXPORT NRT_STATUS nrt_get_version(nrt_version_t *ver, size_t size)
     return NRT_SUCCESS;
 }
 
-NRT_EMU_EXPORT const char *nrt_get_status_as_str(NRT_STATUS status)
+NRT_EMU_EXPORT_RECENT const char *nrt_get_status_as_str(NRT_STATUS status)
 {
     switch (status) {
 #define EMU_STATUS_NAME(x) \

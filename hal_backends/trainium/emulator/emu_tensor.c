@@ -767,8 +767,10 @@ NRT_EMU_EXPORT NRT_STATUS nrt_tensor_get_device_allocation_info(
     return status;
 }
 
-NRT_EMU_EXPORT NRT_STATUS nrt_get_vnc_memory_stats(uint32_t vnc, nrt_vnc_memory_stats_t *stats,
-                                                   size_t stats_size_in, size_t *stats_size_out)
+NRT_EMU_EXPORT_RECENT NRT_STATUS nrt_get_vnc_memory_stats(uint32_t vnc,
+                                                          nrt_vnc_memory_stats_t *stats,
+                                                          size_t stats_size_in,
+                                                          size_t *stats_size_out)
 {
     static const char *const api = "nrt_get_vnc_memory_stats";
     NRT_STATUS status = emu_enter(api);

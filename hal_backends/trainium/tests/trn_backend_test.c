@@ -211,6 +211,138 @@ CTEST(TrnBackend, MissingFunctionsAreNamed)
     return CTEST_PASS;
 }
 
+/* Runs fn with stderr redirected into `out` (NUL-terminated, truncated to size). */
+static void capture_stderr(void (*fn)(void *), void *arg, char *out, size_t size)
+{
+    char path[1024];
+    tt_tmp_path(path, sizeof(path), "stderr.txt");
+    fflush(stderr);
+    int saved = dup(2);
+    FILE *f = fopen(path, "w+");
+    out[0] = '\0';
+    if (saved < 0 || f == NULL) {
+        if (f != NULL)
+            fclose(f);
+        if (saved >= 0)
+            close(saved);
+        fn(arg);
+        return;
+    }
+    dup2(fileno(f), 2);
+    fn(arg);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    rewind(f);
+    size_t n = fread(out, 1, size - 1, f);
+    out[n] = '\0';
+    fclose(f);
+}
+
+typedef struct open_result {
+    hal_backend_t backend;
+    hal_status_t status;
+} open_result_t;
+
+static void open_backend(void *arg)
+{
+    open_result_t *r = arg;
+    r->status = tt_open(&r->backend);
+}
+
+/* A runtime older than the one the backend follows (the emulator built without the functions
+ * the backend loads as optional) still opens: devices, memory and copies work, device names
+ * carry only the core number, the memory size is unknown without the instance, programs are
+ * not offered, and one line on stderr says which paths the backend took and why. */
+CTEST(TrnBackend, OlderRuntimeFallsBackAndSaysSo)
+{
+    TT_REQUIRE_EMULATOR();
+    tt_env_reset();
+    tt_setenv("HAL_NEURON_LIBNRT", TT_LEGACY_LIBNRT);
+    tt_setenv("NEURON_RT_VISIBLE_CORES", "2-3");
+    open_result_t r = { NULL, HAL_ERROR_INTERNAL };
+    char err[4096];
+    capture_stderr(open_backend, &r, err, sizeof(err));
+    EXPECT_OK(r.status);
+    if (r.backend == NULL)
+        return CTEST_FAIL;
+    if (strstr(err, "trainium: libnrt of unknown version (no nrt_get_version) at ") == NULL)
+        fprintf(stderr, "stderr was: %s\n", err);
+    CTEST_EXPECT(strstr(err, "trainium: libnrt of unknown version (no nrt_get_version) at ") !=
+                 NULL);
+    CTEST_EXPECT(strstr(err, TT_LEGACY_LIBNRT) != NULL);
+    CTEST_EXPECT(strstr(err, "memory: unknown (no nrt_get_vnc_memory_stats)") != NULL);
+    CTEST_EXPECT(strstr(err, "device names: core numbers only (no nrt_get_instance_info)") != NULL);
+    CTEST_EXPECT(strstr(err, "programs: none") != NULL);
+    CTEST_EXPECT(strstr(err, "missing: nrt_get_status_as_str, nrt_get_version") != NULL);
+    /* One line. */
+    char *nl = strchr(err, '\n');
+    CTEST_EXPECT(nl != NULL && nl[1] == '\0');
+    uint32_t count = 0;
+    EXPECT_OK(hal_device_count(r.backend, &count));
+    CTEST_EXPECT(count == 2);
+    hal_device_t dev = tt_device(r.backend, 1);
+    hal_device_properties_t p = HAL_DEVICE_PROPERTIES_INIT;
+    EXPECT_OK(hal_device_get_properties(dev, &p));
+    CTEST_EXPECT(strcmp(p.name, "NeuronCore 1") == 0);
+    CTEST_EXPECT(p.total_memory == 0);
+    CTEST_EXPECT((p.capabilities & HAL_DEVICE_CAP_PROGRAMS) == 0 && p.program_formats == 0);
+    CTEST_EXPECT((p.capabilities & HAL_DEVICE_CAP_HOST_CALLBACKS) != 0);
+    /* No node position without the instance's core count: the core numbers the devices. */
+    CTEST_EXPECT(p.node_index == 1 && p.node_device_count == 2);
+    static const uint8_t image[16] = { 0 };
+    hal_program_t prog = NULL;
+    EXPECT_STATUS(hal_program_create(dev, HAL_PROGRAM_FORMAT_NEFF, image, sizeof(image), &prog),
+                  HAL_ERROR_UNSUPPORTED);
+    hal_mem_stats_t stats = HAL_MEM_STATS_INIT;
+    EXPECT_OK(hal_device_get_mem_stats(dev, &stats));
+    CTEST_EXPECT(stats.device_bytes_free == 0);
+    /* Memory and copies work as on any runtime. */
+    hal_stream_t s = NULL;
+    uint8_t *d = NULL;
+    uint8_t host[4096], back[4096];
+    tt_fill(host, sizeof(host), 7);
+    EXPECT_OK(hal_stream_create(dev, 0, &s));
+    EXPECT_OK(hal_mem_alloc(dev, HAL_MEM_KIND_DEVICE, sizeof(host), 0, (void **)&d));
+    EXPECT_OK(hal_memcpy_async(d, host, sizeof(host), s));
+    EXPECT_OK(hal_memcpy_async(back, d, sizeof(back), s));
+    EXPECT_OK(hal_stream_synchronize(s));
+    CTEST_EXPECT(tt_mismatch(back, sizeof(back), 7) == sizeof(back));
+    EXPECT_OK(hal_mem_free(d));
+    EXPECT_OK(hal_stream_destroy(s));
+    EXPECT_OK(hal_backend_close(r.backend));
+    tt_env_reset();
+    return CTEST_PASS;
+}
+
+/* On a runtime with everything the backend uses, the line is written only when
+ * NEURON_RT_LOG_LEVEL asks for INFO (or more). */
+CTEST(TrnBackend, PathLineAtInfoLevel)
+{
+    TT_REQUIRE_EMULATOR();
+    tt_env_reset();
+    tt_setenv("NEURON_RT_NUM_CORES", "1");
+    open_result_t r = { NULL, HAL_ERROR_INTERNAL };
+    char err[4096];
+    capture_stderr(open_backend, &r, err, sizeof(err));
+    EXPECT_OK(r.status);
+    CTEST_EXPECT(strstr(err, "trainium: libnrt") == NULL);
+    if (r.backend != NULL)
+        EXPECT_OK(hal_backend_close(r.backend));
+    tt_setenv("NEURON_RT_LOG_LEVEL", "info");
+    capture_stderr(open_backend, &r, err, sizeof(err));
+    EXPECT_OK(r.status);
+    if (strstr(err, "trainium: libnrt 2.30.50.0 at ") == NULL)
+        fprintf(stderr, "stderr was: %s\n", err);
+    CTEST_EXPECT(strstr(err, "trainium: libnrt 2.30.50.0 at ") != NULL);
+    CTEST_EXPECT(strstr(err, "memory: from the runtime") != NULL);
+    CTEST_EXPECT(strstr(err, "missing:") == NULL);
+    if (r.backend != NULL)
+        EXPECT_OK(hal_backend_close(r.backend));
+    tt_env_reset();
+    return CTEST_PASS;
+}
+
 /* nrt_init failures are reported with the call, the code and its name. */
 CTEST(TrnBackend, InitFailureNamesTheCall)
 {

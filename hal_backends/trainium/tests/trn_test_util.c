@@ -69,6 +69,7 @@ void tt_env_reset(void)
         "LOCAL_RANK",
         "WORLD_SIZE",
         "HAL_NEURON_BUNDLED_LIBNRT",
+        "NEURON_RT_LOG_LEVEL",
     };
     for (size_t i = 0; i < sizeof(cleared) / sizeof(cleared[0]); i++)
         tt_setenv(cleared[i], NULL);

@@ -27,6 +27,11 @@
 /* Where the test targets put the fixture that exports nrt_init only (runfiles-relative). */
 #define TT_STUB_LIBNRT "hal_backends/trainium/tests/libnrt_stub.so"
 
+/* Where the test targets put the emulator built as an older runtime: without the functions the
+ * backend loads as optional (nrt_get_version, nrt_get_instance_info, nrt_get_vnc_memory_stats,
+ * ...). */
+#define TT_LEGACY_LIBNRT "hal_backends/trainium/emulator/legacy/libnrt.so.1"
+
 /* True when HAL_NEURON_LIBNRT names the libnrt emulator (it exports nrt_emu_set_fault), false
  * on a real runtime. */
 bool tt_on_emulator(void);
