@@ -153,6 +153,7 @@ DEVICE_SPECIFIC = (
     "torch/sparse/_triton_ops",
     "torch/sparse/_semi_structured",
     "torch/profiler/_cupti_monitor.py",
+    "torch/profiler/_cupti/",  # 2.14's CUPTI package (it replaces _cupti_monitor.py)
     "torch/distributed/_symmetric_memory/",
     "torch/nn/attention/_fa3.py",
     "torch/nn/attention/_fa4.py",

@@ -14,7 +14,8 @@ the series there patch by patch, as ``halpatch.py apply`` would:
 
 A patch that conflicts is skipped and the next ones are tried on top of the others. The report is
 written as Markdown (default: ``upstream_tracking/rebase-VERSION.md``), together with the census
-counts of the release before and after the applicable patches.
+counts of the release before and after the applicable patches: every area (the compile stack and
+the test utilities included) and every category, as ``census.py`` counts them.
 """
 
 from __future__ import annotations
@@ -229,21 +230,33 @@ def main(argv=None) -> int:
         lines += ["", "## Conflicts", ""] + details
     if census_rows:
         before, after = census_rows
-        focus = ("eager runtime", "distributed")
-        tb = sum(v for (a, _), v in before.items() if a in focus)
-        ta = sum(v for (a, _), v in after.items() if a in focus)
+        focus = census.FOCUS
+
+        def total(c, areas):
+            return sum(v for (a, _), v in c.items() if a in areas)
+
+        tb, ta = total(before, census.AREA_NAMES), total(after, census.AREA_NAMES)
+        fb, fa = total(before, focus), total(after, focus)
         lines += [
             "",
             "## Census of the release",
             "",
-            f"CUDA-hardcoding sites in the eager runtime and torch.distributed "
-            f"(`census.py`, allowlist applied): {tb} in {version}, {ta} with the applicable "
-            "patches.",
+            f"CUDA-hardcoding sites outside allowlisted code (`census.py`, allowlist applied), "
+            f"every area: {tb} in {version}, {ta} with the applicable patches; in the eager "
+            f"runtime and torch.distributed: {fb}, {fa}.",
+            "",
+            "| area | release | + series |",
+            "|---|---|---|",
+        ]
+        for area in census.AREA_ORDER:
+            lines.append(f"| {area} | {total(before, (area,))} | {total(after, (area,))} |")
+        lines += [
+            f"| **total** | **{tb}** | **{ta}** |",
             "",
             "| area | category | release | + series |",
             "|---|---|---|---|",
         ]
-        for area in focus:
+        for area in census.AREA_ORDER:
             for cat in census.CATEGORIES:
                 b, a = before.get((area, cat), 0), after.get((area, cat), 0)
                 if a or b:
