@@ -149,6 +149,7 @@ typedef struct emu_vnc {
 typedef struct emu_runtime {
     pthread_rwlock_t lock;
     emu_phase_t phase;
+    uint64_t version[4]; /* the libnrt version emulated since nrt_init (emu_version_from_env) */
     emu_platform_t platform;
     uint32_t first_vnc; /* absolute logical core of visible core 0 */
     uint32_t vnc_count; /* visible logical cores */
@@ -161,6 +162,14 @@ extern emu_runtime_t emu_rt;
 /* NRT_SUCCESS when ready, else NRT_UNINITIALIZED / NRT_CLOSED (logged as api). Caller holds
  * emu_rt.lock. */
 NRT_STATUS emu_phase_check(const char *api);
+
+/* The libnrt version the emulator reports: NEURON_EMU_RUNTIME_VERSION (major.minor, optionally
+ * .patch and .maintenance, major 2) or EMU_NRT_MAJOR.EMU_NRT_MINOR.EMU_NRT_PATCH.0. Returns false
+ * for a malformed value (logged as api); v then holds the default. */
+bool emu_version_from_env(const char *api, uint64_t v[4]);
+
+/* Whether the version emulated since nrt_init is at least major.minor. Caller holds emu_rt.lock. */
+bool emu_version_at_least(uint64_t major, uint64_t minor);
 
 /* Takes emu_rt.lock for reading and checks the phase; on failure the lock is not held. */
 NRT_STATUS emu_enter(const char *api);
@@ -185,6 +194,24 @@ NRT_STATUS emu_view_check_range(const char *api, const char *what, const emu_vie
                                 uint64_t offset, uint64_t size);
 /* Host address of byte `offset` of the view (its storage is host memory underneath). */
 unsigned char *emu_view_bytes(const emu_view_t *v, uint64_t offset);
+/* The placement of the view's storage (VIRTUAL for a tensor without storage) and its visible
+ * core (-1 for host memory not tied to one). */
+nrt_tensor_placement_t emu_view_placement(const emu_view_t *v);
+int emu_view_vnc(const emu_view_t *v);
+/* Whether two views have bytes of one storage in common. */
+bool emu_views_overlap(const emu_view_t *a, const emu_view_t *b);
+
+/* ---- emu_cc.c: out-of-NEFF collectives and the async API's completion ---- */
+
+/* nrt_close: cancels what the collectives are doing (every scheduled request completes with
+ * NRT_CLOSED), joins their threads and forgets the global communicator. Caller holds
+ * emu_rt.lock for writing. */
+void emu_cc_shutdown(void);
+/* Fork handlers: the child forgets everything (its parent's threads and connections are not its
+ * own). */
+void emu_cc_lock_for_fork(void);
+void emu_cc_unlock_after_fork(void);
+void emu_cc_reset_after_fork(void);
 
 /* ---- emu_model.c: tensor sets and models ---- */
 

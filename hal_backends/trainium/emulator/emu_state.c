@@ -10,6 +10,7 @@
  * A child created with fork() starts uninitialised: it owns none of its parent's cores or
  * tensors (the parent's lock files are closed in the child, which leaves the parent's locks in
  * place) and may call nrt_init for cores of its own. */
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -78,10 +79,13 @@ NRT_EMU_EXPORT NRT_STATUS nrt_init(nrt_framework_type_t framework, const char *f
 
     emu_platform_t platform;
     emu_fault_plan_t plan;
+    uint64_t version[4];
     double dma_rate;
     emu_core_request_t request;
     const char *fault_spec = emu_getenv("NEURON_EMU_FAULTS");
-    status = emu_platform_from_env(api, &platform);
+    status = emu_version_from_env(api, version) ? NRT_SUCCESS : NRT_INVALID;
+    if (status == NRT_SUCCESS)
+        status = emu_platform_from_env(api, &platform);
     if (status == NRT_SUCCESS && fault_spec != NULL)
         status = emu_faults_parse("nrt_init (NEURON_EMU_FAULTS)", fault_spec, &plan);
     if (status == NRT_SUCCESS)
@@ -95,6 +99,7 @@ NRT_EMU_EXPORT NRT_STATUS nrt_init(nrt_framework_type_t framework, const char *f
         goto out_unlock;
 
     emu_rt.platform = platform;
+    memcpy(emu_rt.version, version, sizeof(emu_rt.version));
     emu_rt.first_vnc = first;
     emu_rt.vnc_count = request.count;
     for (uint32_t i = 0; i < EMU_MAX_VNC; i++) {
@@ -123,6 +128,7 @@ NRT_EMU_EXPORT void nrt_close(void)
         pthread_rwlock_unlock(&emu_rt.lock);
         return;
     }
+    emu_cc_shutdown();
     emu_models_release_all();
     emu_tensors_release_all();
     emu_cores_release(&emu_rt.locks);
@@ -132,22 +138,74 @@ NRT_EMU_EXPORT void nrt_close(void)
     pthread_rwlock_unlock(&emu_rt.lock);
 }
 
+/* The Neuron SDK release of a libnrt minor version (release notes), for the version detail. */
+static const char *sdk_of(uint64_t major, uint64_t minor)
+{
+    static const char *const sdks[] = { "2.28.0", "2.29.0", "2.30.0", "2.31.0", "2.32.0" };
+    if (major == 2 && minor >= 30 && minor - 30 < sizeof(sdks) / sizeof(sdks[0]))
+        return sdks[minor - 30];
+    return NULL;
+}
+
+bool emu_version_from_env(const char *api, uint64_t v[4])
+{
+    v[0] = EMU_NRT_MAJOR;
+    v[1] = EMU_NRT_MINOR;
+    v[2] = EMU_NRT_PATCH;
+    v[3] = EMU_NRT_MAINTENANCE;
+    const char *env = emu_getenv("NEURON_EMU_RUNTIME_VERSION");
+    if (env == NULL)
+        return true;
+    uint64_t parsed[4] = { 0, 0, 0, 0 };
+    const char *p = env;
+    int n = 0;
+    for (; n < 4; n++) {
+        const char *end = NULL;
+        if (!emu_parse_u64_prefix(p, &end, &parsed[n]))
+            break;
+        p = end;
+        if (*p != '.')
+            break;
+        p++;
+    }
+    if (*p != '\0' || n < 1 || parsed[0] != 2 || parsed[1] > 0xffff) {
+        EMU_ERR(api,
+                "NEURON_EMU_RUNTIME_VERSION=%s is not a libnrt 2.x version (major.minor[.patch"
+                "[.maintenance]], e.g. 2.31.24.0)",
+                env);
+        return false;
+    }
+    memcpy(v, parsed, sizeof(parsed));
+    return true;
+}
+
+bool emu_version_at_least(uint64_t major, uint64_t minor)
+{
+    return emu_rt.version[0] > major || (emu_rt.version[0] == major && emu_rt.version[1] >= minor);
+}
+
 NRT_EMU_EXPORT_RECENT NRT_STATUS nrt_get_version(nrt_version_t *ver, size_t size)
 {
     if (ver == NULL || size == 0) {
         EMU_ERR("nrt_get_version", "ver is NULL or size is 0");
         return NRT_INVALID;
     }
+    uint64_t v[4];
+    if (!emu_version_from_env("nrt_get_version", v))
+        return NRT_INVALID;
     nrt_version_t full;
     memset(&full, 0, sizeof(full));
-    full.rt_major = EMU_NRT_MAJOR;
-    full.rt_minor = EMU_NRT_MINOR;
-    full.rt_patch = EMU_NRT_PATCH;
-    full.rt_maintenance = EMU_NRT_MAINTENANCE;
-    strncpy(full.rt_detail,
-            "libnrt EMULATOR (torch-hal), emulating libnrt " EMU_NRT_VERSION_STR
-            " of Neuron SDK " EMU_SDK_VERSION_STR "; no Neuron device is used",
-            sizeof(full.rt_detail) - 1);
+    full.rt_major = v[0];
+    full.rt_minor = v[1];
+    full.rt_patch = v[2];
+    full.rt_maintenance = v[3];
+    const char *sdk = sdk_of(v[0], v[1]);
+    snprintf(full.rt_detail, sizeof(full.rt_detail),
+             "libnrt EMULATOR (torch-hal), emulating libnrt %llu.%llu.%llu.%llu%s%s; no Neuron "
+             "device is used",
+             (unsigned long long)v[0], (unsigned long long)v[1], (unsigned long long)v[2],
+             (unsigned long long)v[3], sdk != NULL ? " of Neuron SDK " : "",
+             sdk != NULL ? sdk : "");
     strncpy(full.git_hash, "emulator", sizeof(full.git_hash) - 1);
     memcpy(ver, &full, size < sizeof(full) ? size : sizeof(full));
     return NRT_SUCCESS;
@@ -197,6 +255,7 @@ NRT_EMU_EXPORT_RECENT const char *nrt_get_status_as_str(NRT_STATUS status)
 static void fork_prepare(void)
 {
     pthread_rwlock_wrlock(&emu_rt.lock); /* waits for calls in flight */
+    emu_cc_lock_for_fork();
     emu_tensors_lock_for_fork();
     emu_faults_lock_for_fork();
 }
@@ -205,6 +264,7 @@ static void fork_parent(void)
 {
     emu_faults_unlock_after_fork();
     emu_tensors_unlock_after_fork();
+    emu_cc_unlock_after_fork();
     pthread_rwlock_unlock(&emu_rt.lock);
 }
 
@@ -212,6 +272,8 @@ static void fork_child(void)
 {
     emu_faults_unlock_after_fork();
     emu_tensors_unlock_after_fork();
+    emu_cc_unlock_after_fork();
+    emu_cc_reset_after_fork();
     if (emu_rt.phase == EMU_PHASE_READY) {
         emu_models_release_all();
         emu_tensors_release_all();
@@ -221,7 +283,10 @@ static void fork_child(void)
     emu_rt.phase = EMU_PHASE_UNINIT;
     emu_faults_clear_latch();
     emu_dma_reset_after_fork();
-    /* Not unlock: glibc records the writer by thread id, which changed in the child. */
+    /* glibc records the writer by thread id, which changed in the child, so an unlock here does
+     * not release the lock properly: it is made anew. The unlock before that is for race
+     * detectors (ThreadSanitizer), which would otherwise still see it held. */
+    pthread_rwlock_unlock(&emu_rt.lock);
     pthread_rwlockattr_t attr;
     pthread_rwlockattr_init(&attr);
     pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);

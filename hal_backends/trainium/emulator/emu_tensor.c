@@ -224,6 +224,23 @@ static nrt_tensor_placement_t view_placement(const emu_view_t *v)
     return v->st != NULL ? v->st->placement : NRT_TENSOR_PLACEMENT_VIRTUAL;
 }
 
+nrt_tensor_placement_t emu_view_placement(const emu_view_t *v)
+{
+    return view_placement(v);
+}
+
+int emu_view_vnc(const emu_view_t *v)
+{
+    return v->st != NULL ? v->st->vnc : -1;
+}
+
+bool emu_views_overlap(const emu_view_t *a, const emu_view_t *b)
+{
+    if (a->st == NULL || a->st != b->st)
+        return false;
+    return a->offset < b->offset + b->size && b->offset < a->offset + a->size;
+}
+
 /* Caller holds reg_lock. */
 static NRT_STATUS emu_view_take_locked(const char *api, const char *what, const nrt_tensor_t *t,
                                        emu_view_t *v)

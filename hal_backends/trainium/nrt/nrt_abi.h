@@ -215,6 +215,56 @@ typedef struct nrt_vnc_memory_stats {
     size_t bytes_limit;
 } nrt_vnc_memory_stats_t;
 
+/* ---- Out-of-NEFF collectives (nrt.h, section "Out-of-NEFF collectives", SDK 2.28) ---- */
+
+/* A communicator over a replica group of the global communicator: replica_group lists rank_n
+ * global device ids, this worker is replica_group[rank]; ctx_device_id / ctx_device_count are
+ * this worker's global device id and the global communicator's size; vnc is the local core. */
+typedef struct nrt_cc_comm {
+    uint32_t *replica_group; /* a list of participants */
+    uint32_t rank;           /* my rank in the replica_group */
+    uint32_t rank_n;         /* size of replica_group */
+    uint32_t ctx_device_id;
+    uint32_t ctx_device_count;
+    uint32_t vnc;
+} nrt_cc_comm_t;
+
+typedef struct nrt_tensor_list {
+    nrt_tensor_t **tensors;
+    size_t num_tensors;
+} nrt_tensor_list_t;
+
+/* ---- Asynchronous API (nrt_async.h, experimental; SDK 2.28, "async API 2") ---- */
+
+/* Execution units. SDK 2.29's documentation lists TENSOR_OP = 0, COMPUTE, COLLECTIVES instead;
+ * nothing here passes these values to the runtime (sequence numbers are opaque to callers). */
+typedef enum {
+    NRTA_XU_TENSOR_READ = 0,
+    NRTA_XU_TENSOR_WRITE,
+    NRTA_XU_TENSOR_OP,
+    NRTA_XU_COMPUTE,
+    NRTA_XU_COLLECTIVES,
+    NRTA_XU_TYPE_NUM
+} nrta_xu_t;
+
+/* Monotonically increasing ids of requests: the top 16 bits name the execution unit (and queue),
+ * the low 48 bits are a strictly ordered sequence number. */
+typedef uint64_t nrta_seq_t;
+typedef uint16_t nrta_xu_id_t;
+#define NRTA_SEQ_NUM_MAX             ((1ull << 48) - 1)
+#define NRTA_SEQ_NUM_MASK            NRTA_SEQ_NUM_MAX
+#define NRTA_SEQ_GET_SEQ_NUM(seq_id) ((seq_id)&NRTA_SEQ_NUM_MASK)
+#define NRTA_SEQ_GET_XU_ID(seq_id)   ((seq_id) >> 48)
+
+/* One failed request, as an error tracker lists it (error_code is an NRT_STATUS). */
+typedef struct nrta_error {
+    nrta_seq_t seq_id;
+    uint64_t error_code;
+} nrta_error_t;
+
+/* Collects the errors of requests scheduled with it (async API 2; removed in 3.0). */
+typedef struct nrta_error_tracker nrta_error_tracker_t;
+
 /* Documented LP64 layout (x86_64 and aarch64). */
 #if defined(__LP64__)
 #ifdef __cplusplus
@@ -232,6 +282,10 @@ NRT_ABI_STATIC_ASSERT(sizeof(nrt_tensor_batch_t) == 24, "nrt_tensor_batch_t layo
 NRT_ABI_STATIC_ASSERT(sizeof(nrt_tensor_device_allocation_info_t) == 24,
                       "nrt_tensor_device_allocation_info_t layout");
 NRT_ABI_STATIC_ASSERT(sizeof(nrt_vnc_memory_stats_t) == 16, "nrt_vnc_memory_stats_t layout");
+NRT_ABI_STATIC_ASSERT(sizeof(nrt_cc_comm_t) == 32, "nrt_cc_comm_t layout");
+NRT_ABI_STATIC_ASSERT(sizeof(nrt_tensor_list_t) == 16, "nrt_tensor_list_t layout");
+NRT_ABI_STATIC_ASSERT(sizeof(nrta_error_t) == 16, "nrta_error_t layout");
+NRT_ABI_STATIC_ASSERT(sizeof(nrta_seq_t) == 8, "nrta_seq_t layout");
 #undef NRT_ABI_STATIC_ASSERT
 #endif
 
@@ -376,6 +430,49 @@ typedef NRT_STATUS nrt_get_model_tensor_info_fn(nrt_model_t *model,
                                                 nrt_tensor_info_array_t **tensor_info);
 typedef NRT_STATUS nrt_free_model_tensor_info_fn(nrt_tensor_info_array_t *tensor_info);
 
+/* ---- Out-of-NEFF collectives and the asynchronous API ----
+ * Signatures of the SDK 2.28 headers (nrt.h and nrt_async.h at 86a92868), which are the last
+ * published in full. Async API 3.0 (libnrt 2.31, SDK 2.29 and later) replaced the error tracker
+ * argument of the scheduling calls with a status pointer written when the request completes
+ * (the SDK 2.29 documentation shows it for nrta_tensor_write and nrta_execute_schedule; for
+ * nrta_cc_schedule the same change is inferred): nrta_cc_schedule_v3_fn below. */
+
+/* Builds this worker's member of the global communicator for host-driven collectives: core vnc is
+ * global device g_device_id of g_device_count. Blocks until every worker joined through the root
+ * named by NEURON_RT_ROOT_COMM_ID (ip:port, listened on by global device 0). */
+typedef NRT_STATUS nrt_cc_global_comm_init_fn(uint32_t vnc, uint32_t g_device_id,
+                                              uint32_t g_device_count);
+
+/* Prepares a collective (cc_op: all-gather, all-reduce, reduce-scatter; op: the reduction) over
+ * the replica group of comm, from the input tensors to the output tensors; allocates a context
+ * that nrta_cc_schedule consumes. */
+typedef NRT_STATUS nrta_cc_prepare_fn(nrt_cc_comm_t *comm, nrt_tensor_list_t *input,
+                                      nrt_tensor_list_t *output, nrt_dtype_t dtype,
+                                      nrt_op_type_t op, nrt_cc_op_type_t cc_op,
+                                      nrt_cc_context_t **cc_ctx);
+
+/* Schedules a prepared collective on a queue of the collectives execution unit (queue 0) and
+ * returns at once with its sequence number; the context is freed by the runtime after the
+ * collective ran. Async API 2: a failure is recorded in the error tracker err. */
+typedef NRT_STATUS nrta_cc_schedule_fn(nrt_cc_context_t **cc_ctx, int queue,
+                                       nrta_error_tracker_t *err, nrta_seq_t *req_sequence);
+
+/* The same in async API 3.0: *ret receives the request's final status before it is reported
+ * complete. Only for calls through a pointer; a libnrt implementation defines one of the two. */
+typedef NRT_STATUS nrta_cc_schedule_v3_fn(nrt_cc_context_t **cc_ctx, int queue, NRT_STATUS *ret,
+                                          nrta_seq_t *req_sequence);
+
+/* Whether the request seq completed (NRT_INVALID for a sequence number never issued). */
+typedef NRT_STATUS nrta_is_completed_fn(nrta_seq_t seq, bool *is_completed);
+
+/* Async API 2: an error tracker for requests of core lnc_idx; its list of failed requests;
+ * destroy. */
+typedef NRT_STATUS nrta_error_tracker_create_fn(uint32_t lnc_idx,
+                                                nrta_error_tracker_t **error_tracker);
+typedef void nrta_error_tracker_destroy_fn(nrta_error_tracker_t *error_tracker);
+typedef NRT_STATUS nrta_error_tracker_get_list_fn(nrta_error_tracker_t *error_tracker,
+                                                  const nrta_error_t **list, size_t *error_count);
+
 /* ---- The functions themselves, for the code that defines them ----
  * Each is declared with its type above, so a definition whose signature drifts from the ABI is a
  * compile error (conflicting types). Only a libnrt implementation (the emulator) defines
@@ -414,6 +511,13 @@ nrt_unload_fn nrt_unload;
 nrt_execute_fn nrt_execute;
 nrt_get_model_tensor_info_fn nrt_get_model_tensor_info;
 nrt_free_model_tensor_info_fn nrt_free_model_tensor_info;
+nrt_cc_global_comm_init_fn nrt_cc_global_comm_init;
+nrta_cc_prepare_fn nrta_cc_prepare;
+nrta_cc_schedule_fn nrta_cc_schedule;
+nrta_is_completed_fn nrta_is_completed;
+nrta_error_tracker_create_fn nrta_error_tracker_create;
+nrta_error_tracker_destroy_fn nrta_error_tracker_destroy;
+nrta_error_tracker_get_list_fn nrta_error_tracker_get_list;
 #endif
 
 #ifdef __cplusplus

@@ -14,10 +14,11 @@
 #define DEFAULT_LIBRARY "hal_backends/trainium/emulator/libnrt.so.1"
 
 static const char *const runtime_env[] = {
-    "NEURON_RT_VISIBLE_CORES",     "NEURON_RT_NUM_CORES",  "NEURON_LOGICAL_NC_CONFIG",
-    "NEURON_RT_VIRTUAL_CORE_SIZE", "NEURON_RT_LOG_LEVEL",  "NEURON_RT_LOG_LOCATION",
-    "NEURON_EMU_INSTANCE",         "NEURON_EMU_HBM_BYTES", "NEURON_EMU_FAULTS",
-    "NEURON_EMU_DMA_GBPS",         "NEURON_EMU_LOCK_DIR",  "NEURON_EMU_INSTANCE_ID",
+    "NEURON_RT_VISIBLE_CORES",     "NEURON_RT_NUM_CORES",        "NEURON_LOGICAL_NC_CONFIG",
+    "NEURON_RT_VIRTUAL_CORE_SIZE", "NEURON_RT_LOG_LEVEL",        "NEURON_RT_LOG_LOCATION",
+    "NEURON_EMU_INSTANCE",         "NEURON_EMU_HBM_BYTES",       "NEURON_EMU_FAULTS",
+    "NEURON_EMU_DMA_GBPS",         "NEURON_EMU_LOCK_DIR",        "NEURON_EMU_INSTANCE_ID",
+    "NEURON_RT_ROOT_COMM_ID",      "NEURON_EMU_RUNTIME_VERSION", "NEURON_EMU_CC_TIMEOUT_MS",
 };
 
 /* The copy a test left loaded (it returned early); unloaded by the next open. */
@@ -113,6 +114,20 @@ bool nrt_test_open(nrt_api_t *api)
     RESOLVE(execute, "nrt_execute");
     RESOLVE(get_model_tensor_info, "nrt_get_model_tensor_info");
     RESOLVE(free_model_tensor_info, "nrt_free_model_tensor_info");
+#define OPTIONAL(field, name)                   \
+    do {                                        \
+        void *opt = dlsym(api->handle, name);   \
+        memcpy(&api->field, &opt, sizeof(opt)); \
+    } while (0)
+    OPTIONAL(cc_global_comm_init, "nrt_cc_global_comm_init");
+    OPTIONAL(cc_prepare, "nrta_cc_prepare");
+    OPTIONAL(cc_schedule, "nrta_cc_schedule");
+    OPTIONAL(cc_schedule_v3, "nrta_cc_schedule");
+    OPTIONAL(is_completed, "nrta_is_completed");
+    OPTIONAL(error_tracker_create, "nrta_error_tracker_create");
+    OPTIONAL(error_tracker_destroy, "nrta_error_tracker_destroy");
+    OPTIONAL(error_tracker_get_list, "nrta_error_tracker_get_list");
+#undef OPTIONAL
     void *sym = dlsym(api->handle, "nrt_emu_set_fault");
     memcpy(&api->emu_set_fault, &sym, sizeof(sym));
     sym = dlsym(api->handle, "nrt_emu_get_dma_stats");

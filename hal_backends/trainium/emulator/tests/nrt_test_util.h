@@ -50,6 +50,15 @@ typedef struct nrt_api {
     nrt_execute_fn *execute;
     nrt_get_model_tensor_info_fn *get_model_tensor_info;
     nrt_free_model_tensor_info_fn *free_model_tensor_info;
+    /* Out-of-NEFF collectives and the async API: NULL where the library lacks them. */
+    nrt_cc_global_comm_init_fn *cc_global_comm_init;
+    nrta_cc_prepare_fn *cc_prepare;
+    nrta_cc_schedule_fn *cc_schedule;       /* async API 2 */
+    nrta_cc_schedule_v3_fn *cc_schedule_v3; /* the same symbol, async API 3 */
+    nrta_is_completed_fn *is_completed;
+    nrta_error_tracker_create_fn *error_tracker_create;
+    nrta_error_tracker_destroy_fn *error_tracker_destroy;
+    nrta_error_tracker_get_list_fn *error_tracker_get_list;
     nrt_emu_set_fault_fn *emu_set_fault; /* emulator extensions; NULL on the real runtime */
     nrt_emu_get_dma_stats_fn *emu_get_dma_stats;
 } nrt_api_t;
