@@ -394,6 +394,29 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable
     return { stack[0].toTensor(), stack[1].toTensor(), stack[2].toTensor() };
 }
 
+// ---- Shallow copies between the CPU and the device ------------------------------------------
+
+// Module.to(), .cuda()-style moves and `tensor.data = other` keep the tensor object (and so a
+// module's Parameter objects: weights tied across modules, optimizers made before the move)
+// only where _has_compatible_shallow_copy_type says the two tensors' types are compatible;
+// otherwise Module._apply makes a new Parameter per module, and weights tied across two modules
+// (GPT-2's embedding and output layer) become two parameters on the device. PyTorch 2.13's
+// TensorImpl answer lists the dense CPU, CUDA, MPS, HIP, XPU, HPU and MTIA tensors, not
+// PrivateUse1 ones, and leaves PrivateUse1 backends to register this operator: the device's
+// dense tensors are compatible with each other and with dense CPU tensors, as CUDA's are.
+bool hasCompatibleShallowCopyType(const at::Tensor &self, const at::Tensor &from)
+{
+    if (self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(from.key_set()))
+        return true;
+    auto dense = [](const at::Tensor &t) {
+        constexpr auto backends = c10::DispatchKeySet(
+            { c10::BackendComponent::CPUBit, c10::BackendComponent::PrivateUse1Bit });
+        c10::DispatchKeySet keys = t.key_set();
+        return keys.has_any(c10::DispatchKeySet(c10::DispatchKey::Dense)) && keys.has_any(backends);
+    };
+    return dense(self) && dense(from);
+}
+
 // ---- Quantized tensors: refused -------------------------------------------------------------
 
 // A quantized tensor needs the QuantizedPrivateUse1 kernels, which neither PyTorch nor the
@@ -444,6 +467,7 @@ void registerOperators()
     m->impl("record_stream", TORCH_FN(record_stream));
     m->impl("convolution_overrideable", TORCH_FN(convolution_overrideable));
     m->impl("convolution_backward_overrideable", TORCH_FN(convolution_backward_overrideable));
+    m->impl("_has_compatible_shallow_copy_type", TORCH_FN(hasCompatibleShallowCopyType));
     for (const char *name : kQuantizedFactories)
         m->impl(name, torch::CppFunction::makeFromBoxedFunction<&refuseQuantized>());
     // What dispatches on a quantized device tensor, such as the empty_quantized that
