@@ -70,6 +70,9 @@ def _load():
         torch.utils.generate_methods_for_privateuse1_backend(
             for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
         )
+        from . import _cpu_choices
+
+        _cpu_choices.install(name)  # the optimizers' default implementation: the CPU's
         _loaded = True
         _register_distributed()
     except Exception as exc:  # import torch must survive a missing or broken backend
