@@ -15,6 +15,9 @@
 #include <ATen/ops/_fused_sdp_choice_cpu_dispatch.h>
 #include <torch/library.h>
 
+#include <cmath>
+#include <limits>
+
 #include "runtime/Register.h"
 #include "runtime/Runtime.h"
 
@@ -54,6 +57,38 @@ fusedAttention(const at::Tensor &query, const at::Tensor &key, const at::Tensor 
              key.sym_size(-2), no_rng,    no_rng, none };
 }
 
+// The gradient of the additive mask, which the CPU flash kernel does not compute. PyTorch's own
+// route never asks for it (a mask that needs a gradient makes the CPU, and so the device, take
+// the math path), but the operator's contract has it, and a caller of the backward may want
+// it: dS = P * (dP - rowsum(dO * O)), with P the attention weights recomputed from the inputs,
+// dP = dO V^T, and dS summed down to the mask's (broadcast) shape. Computed in float32 (double
+// for double inputs), as the kernels accumulate.
+at::Tensor maskGradient(const at::Tensor &grad_out, const at::Tensor &query, const at::Tensor &key,
+                        const at::Tensor &value, const at::Tensor &attn_bias, const at::Tensor &out,
+                        bool is_causal, std::optional<double> scale)
+{
+    TORCH_CHECK(at::isFloatingType(attn_bias.scalar_type()), "torch_hal (backend '", backendName(),
+                "'): scaled_dot_product_attention: a derivative for 'attn_mask' ",
+                "needs a floating-point mask, not ", attn_bias.scalar_type());
+    const auto acc = query.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+    at::Tensor q = query.to(acc), k = key.to(acc), v = value.to(acc);
+    if (q.dim() >= 3 && k.size(-3) != q.size(-3)) { // grouped-query attention
+        k = k.repeat_interleave(q.size(-3) / k.size(-3), -3);
+        v = v.repeat_interleave(q.size(-3) / v.size(-3), -3);
+    }
+    const double factor = scale.has_value() ? *scale : 1.0 / std::sqrt(double(q.size(-1)));
+    at::Tensor scores = at::matmul(q, k.transpose(-2, -1)).mul(factor).add(attn_bias.to(acc));
+    if (is_causal) {
+        at::Tensor keep = at::ones({ q.size(-2), k.size(-2) }, q.options().dtype(at::kBool)).tril();
+        scores = scores.masked_fill(keep.logical_not(), -std::numeric_limits<double>::infinity());
+    }
+    at::Tensor weights = at::_safe_softmax(scores, -1);
+    at::Tensor go = grad_out.to(acc);
+    at::Tensor delta = (go * out.to(acc)).sum(-1, /*keepdim=*/true);
+    at::Tensor grad_scores = weights * (at::matmul(go, v.transpose(-2, -1)) - delta);
+    return grad_scores.sum_to_size(attn_bias.sizes()).to(attn_bias.scalar_type());
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> fusedAttentionBackward(
     const at::Tensor &grad_out, const at::Tensor &query, const at::Tensor &key,
     const at::Tensor &value, const at::Tensor &attn_bias, std::array<bool, 4> grad_input_mask,
@@ -62,16 +97,20 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> fusedAttentionBackwar
     double dropout_p, bool is_causal, const at::Tensor & /*philox_seed*/,
     const at::Tensor & /*philox_offset*/, std::optional<double> scale)
 {
-    // As on the CPU, whose flash kernel has no gradient for the mask.
-    TORCH_CHECK_NOT_IMPLEMENTED(!grad_input_mask[3], "torch_hal (backend '", backendName(),
-                                "'): scaled_dot_product_attention: the derivative for "
-                                "'attn_mask' is not implemented (as for the CPU flash kernel)");
+    const bool want_mask_grad = grad_input_mask[3] && attn_bias.defined();
+    // With dropout the weights depend on the forward's random mask, which is not kept.
+    TORCH_CHECK_NOT_IMPLEMENTED(!want_mask_grad || dropout_p == 0.0, "torch_hal (backend '",
+                                backendName(), "'): scaled_dot_product_attention: the derivative ",
+                                "for 'attn_mask' is not implemented with dropout");
     std::optional<at::Tensor> mask;
     if (attn_bias.defined())
         mask = attn_bias;
     auto [grad_q, grad_k, grad_v] = at::_scaled_dot_product_flash_attention_for_cpu_backward(
         grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, mask, scale);
-    return { grad_q, grad_k, grad_v, at::Tensor() };
+    at::Tensor grad_mask;
+    if (want_mask_grad)
+        grad_mask = maskGradient(grad_out, query, key, value, attn_bias, out, is_causal, scale);
+    return { grad_q, grad_k, grad_v, grad_mask };
 }
 
 } // namespace
