@@ -24,8 +24,10 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := bazel-bootstrap bazel-rules-java googletest libgtest-dev clang-format python3 \
 	python3-venv quilt
 TORCH_VERSION := 2.13.0
-# What the bridge's and the patch series' tests import besides torch.
-PY_TEST_PACKAGES := pytest expecttest
+# What the bridge's and the patch series' tests import besides torch (transformers: the
+# third-party model the bridge's tests train on the device and on the CPU; no weights are
+# downloaded).
+PY_TEST_PACKAGES := pytest expecttest transformers==5.25.0
 # What draws the plots (examples/compare_losses.py: make demo) and its test.
 PY_PLOT_PACKAGES := matplotlib
 # What compiles the conformance suite's Triton kernel for GPUs ahead of time (tools/triton_aot.py,
@@ -73,7 +75,7 @@ deps-python: deps
 	@$(PYTHON) -c 'import torch, sys; sys.exit(torch.__version__.split("+")[0] != "$(TORCH_VERSION)")' \
 	  2>/dev/null || { echo "make: installing torch==$(TORCH_VERSION)"; \
 	  $(PYTHON) -m pip install -q torch==$(TORCH_VERSION); }
-	@$(PYTHON) -c 'import pytest, expecttest' 2>/dev/null || \
+	@$(PYTHON) -c 'import pytest, expecttest, transformers' 2>/dev/null || \
 	  $(PYTHON) -m pip install -q $(PY_TEST_PACKAGES)
 	@$(PYTHON) -c 'import matplotlib' 2>/dev/null || \
 	  $(PYTHON) -m pip install -q $(PY_PLOT_PACKAGES)
