@@ -7,7 +7,7 @@
 #   make conformance BACKEND=cpu    the conformance suite on one backend (cpu, trainium, cuda)
 #   make bench                      benchmarks with figures, ratios and targets
 #   make patches-check              the PyTorch patch series: lint, apply check, per-patch tests,
-#                                   the CUDA-style acceptance table
+#                                   the CUDA-style acceptance scripts on hal and neuron (table)
 #   make census                     CUDA hardcoding in torch before and after the series
 #   make soak                       randomized fault campaign (HAL_LAYERS=faults) over the
 #                                   conformance suite and DDP training
@@ -160,7 +160,8 @@ test-bridge: bridge
 # The patch series: the tools' own tests, lint, per-patch tests, acceptance, census.
 test-patches: bridge
 	@rc=0; $(PYTHON) -m pytest -q -p no:cacheprovider patches/tests/test_tools_halpatch.py \
-	  patches/tests/test_tools_census.py --junitxml=$(TESTLOGS)/patches-tools/test.xml || rc=1; \
+	  patches/tests/test_tools_census.py patches/tests/test_tools_acceptance.py \
+	  --junitxml=$(TESTLOGS)/patches-tools/test.xml || rc=1; \
 	$(MAKE) --no-print-directory -k patches-check census PATCHES_JUNIT=$(TESTLOGS) || rc=1; \
 	exit $$rc
 
@@ -225,7 +226,7 @@ patches-check: bridge
 	  $(PYTHON) patches/tools/halpatch.py apply --check installed
 	@echo "== per-patch tests (private copies of torch in virtual environments: unpatched, patched)"
 	@$(PYTHON) patches/tools/run_tests.py $(call patch_junit,patches-tests)
-	@echo "== acceptance: a CUDA-style training script, unpatched vs patched"
+	@echo "== acceptance: CUDA-style scripts under torchrun on hal and neuron, unpatched vs patched"
 	@$(PYTHON) patches/acceptance/run_acceptance.py $(call patch_junit,patches-acceptance)
 
 census: deps-python

@@ -9,7 +9,7 @@ Nothing below names CUDA: the script relies on PyTorch's defaults (``torch.amp.G
 ``--nproc-per-node auto``) exactly where a CUDA script does, which is where CUDA hardcoding in
 PyTorch would show. Every feature is checked on its own and reported as ``pass``,
 ``FAIL: <what went wrong>`` or ``error: <exception>``, so one broken feature does not hide the
-others. With ``--json-dir`` each rank writes its results to ``rank<N>.json``.
+others. With ``--json-dir`` each rank writes its results to ``train_cuda_style.rank<N>.json``.
 
 Distributed features use the c10d backend PyTorch registers as the device's default
 (``dist.get_default_backend_for_device``: nccl for cuda). When the device has none, that is
@@ -343,7 +343,7 @@ def run_features(ctx):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cuda", help="the only switch: cuda, hal, neuron, ...")
-    ap.add_argument("--json-dir", help="write rank<N>.json with the results here")
+    ap.add_argument("--json-dir", help="write train_cuda_style.rank<N>.json here")
     ap.add_argument("--work-dir", help="checkpoint directory (default: a temp dir)")
     args = ap.parse_args(argv)
     ctx = Ctx(args)
@@ -355,8 +355,8 @@ def main(argv=None):
         out.mkdir(parents=True, exist_ok=True)
         meta = {"torch": torch.__version__, "torch_file": torch.__file__, "device": args.device,
                 "rank": ctx.rank, "world_size": ctx.world_size}
-        (out / f"rank{ctx.rank}.json").write_text(json.dumps({"meta": meta, "features": results},
-                                                             indent=1))
+        (out / f"train_cuda_style.rank{ctx.rank}.json").write_text(
+            json.dumps({"meta": meta, "features": results}, indent=1))
     if ctx.rank == 0:
         width = max(len(n) for n in results)
         for name, entry in results.items():
