@@ -28,6 +28,22 @@ class HalGeneratorImpl final : public at::CPUGeneratorImpl
         key_set_ = c10::DispatchKeySet(c10::DispatchKey::PrivateUse1);
     }
 
+    // The CPU's mt19937 engine has a state, not a Philox offset; the CPU generator's refusal
+    // would name the CPU.
+    void set_offset(uint64_t /*offset*/) override
+    {
+        TORCH_CHECK(false, "torch_hal: the ", deviceTypeName(),
+                    " generator does not use an offset (it is the CPU's mt19937 generator, "
+                    "whose state get_state()/set_state() save and restore)");
+    }
+
+    uint64_t get_offset() const override
+    {
+        TORCH_CHECK(false, "torch_hal: the ", deviceTypeName(),
+                    " generator does not use an offset (it is the CPU's mt19937 generator, "
+                    "whose state get_state()/set_state() save and restore)");
+    }
+
   private:
     HalGeneratorImpl *clone_impl() const override
     {
