@@ -339,8 +339,14 @@ def gen_forwarder(s):
         lines += ["    void *next_obj = NULL;",
                   "    hal_status_t st = run_before(o->inst, &c);",
                   "    if (st == HAL_OK)",
-                  f"        st = {call};",
-                  "    if (st == HAL_OK) {",
+                  f"        st = {call};"]
+        if w.get("optional"):
+            lines += ["    if (st == HAL_OK && !next_obj) { /* the slot may make none: nothing to wrap */",
+                      "        wrapper_free(w);",
+                      f"        *{s.out.name} = NULL;",
+                      "        return run_after(o->inst, &c, st);",
+                      "    }"]
+        lines += ["    if (st == HAL_OK) {",
                   "        wrapper_live(w, next_obj);",
                   f"        c.created = c.{w['field']} = w;",
                   "    }",

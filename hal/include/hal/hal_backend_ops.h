@@ -157,7 +157,9 @@ typedef struct hal_backend_ops {
     /* Optional (required with HAL_DEVICE_CAP_NATIVE_COLLECTIVES). Native collectives: creates the
      * backend's communicator; each collective slot below then overrides the HAL's host
      * implementation for that call (slot by slot). Buffers are resolved and checked by the core;
-     * they are memory of the communicator's device. */
+     * they are memory of the communicator's device. HAL_OK with *comm NULL: the backend makes no
+     * communicator for these ranks (every rank must decide alike, e.g. from an exchange through
+     * args), and the HAL runs all of this communicator's collectives itself. */
     hal_status_t (*comm_init)(void *device, const hal_backend_comm_args_t *args, void **comm);
 
     /* Optional (required with HAL_DEVICE_CAP_NATIVE_COLLECTIVES). Destroys a communicator made by

@@ -21,6 +21,9 @@
  * Backends may implement collectives natively, call by call; what a backend leaves out the HAL
  * runs itself on the host: over shared memory between ranks on one host (in place for
  * host-addressable devices, staged through pinned host memory otherwise) and TCP across hosts.
+ * On a backend with native collectives, a collective issued while its communicator's
+ * non-blocking init still runs waits for the init to finish: only then is it known which of
+ * the two runs it.
  *
  * Environment: HAL_COMM_BIND (address the bootstrap listens on; default 127.0.0.1),
  * HAL_COMM_TIMEOUT_MS (default timeout when the config gives none; default 300000),

@@ -79,9 +79,34 @@ void hal_comm_latch(struct hal_comm_s *comm, hal_status_t st)
     pthread_mutex_unlock(&comm->lock);
 }
 
+void *hal_comm_native(struct hal_comm_s *comm)
+{
+    if (!__atomic_load_n(&comm->init_done, __ATOMIC_ACQUIRE))
+        return NULL;
+    return comm->native;
+}
+
+/* A failure the backend's communicator latched (a native collective failed, a peer left) becomes
+ * the communicator's: every later call, on the native path or the host one, reports it. */
+static void take_native_error(struct hal_comm_s *comm)
+{
+    void *native = hal_comm_native(comm);
+    if (!native || !comm->ops->comm_get_async_error)
+        return;
+    hal_status_t st = comm->ops->comm_get_async_error(native);
+    if (st == HAL_OK || st == HAL_IN_PROGRESS)
+        return;
+    hal_backend_error(st, comm->ops, "the backend's communicator");
+    hal_comm_latch(comm, st);
+}
+
 hal_status_t hal_comm_sticky(struct hal_comm_s *comm, const char *call)
 {
     hal_status_t fast = get_async_error(comm);
+    if (HAL_LIKELY(fast == HAL_OK || fast == HAL_IN_PROGRESS)) {
+        take_native_error(comm);
+        fast = get_async_error(comm);
+    }
     if (HAL_LIKELY(fast == HAL_OK || fast == HAL_IN_PROGRESS))
         return HAL_OK;
     pthread_mutex_lock(&comm->lock);
@@ -122,6 +147,54 @@ void hal_comm_job_finished(struct hal_comm_s *comm)
         pthread_cond_broadcast(&comm->cond);
         pthread_mutex_unlock(&comm->lock);
     }
+}
+
+/* ---- native collectives: what finalize and destroy wait for ---- */
+
+void hal_comm_note_native(struct hal_comm_s *comm, struct hal_stream_s *stream)
+{
+    const hal_backend_ops_t *ops = comm->ops;
+    pthread_mutex_lock(&comm->lock);
+    comm_native_mark_t *mark = NULL;
+    for (size_t i = 0; i < comm->mark_count && !mark; i++)
+        if (comm->marks[i].stream == stream->impl)
+            mark = &comm->marks[i];
+    if (!mark) {
+        void *event = NULL;
+        if (comm->mark_count == comm->mark_capacity) {
+            size_t cap = comm->mark_capacity ? comm->mark_capacity * 2 : 4;
+            comm_native_mark_t *grown = realloc(comm->marks, cap * sizeof(*grown));
+            if (grown) {
+                comm->marks = grown;
+                comm->mark_capacity = cap;
+            }
+        }
+        /* Without memory for the mark, finalize does not wait for this stream's collectives
+         * (destroy still waits for the backend's communicator). */
+        if (comm->mark_count < comm->mark_capacity &&
+            ops->event_create(comm->device->impl, HAL_EVENT_FLAG_NONE, &event) == HAL_OK) {
+            mark = &comm->marks[comm->mark_count++];
+            *mark = (comm_native_mark_t){ stream->impl, event };
+        }
+    }
+    if (mark && ops->event_record(mark->event, stream->impl) != HAL_OK)
+        hal_host_take_error(); /* a failed record leaves the event as it was */
+    pthread_mutex_unlock(&comm->lock);
+}
+
+/* Waits for the events recorded after the native collectives (never-recorded ones are done). */
+static void wait_native(struct hal_comm_s *comm)
+{
+    pthread_mutex_lock(&comm->lock);
+    size_t n = comm->mark_count;
+    void **events = n ? malloc(n * sizeof(*events)) : NULL;
+    for (size_t i = 0; events && i < n; i++)
+        events[i] = comm->marks[i].event;
+    pthread_mutex_unlock(&comm->lock);
+    /* The events stay alive: only destroy frees them, after this. */
+    for (size_t i = 0; events && i < n; i++)
+        comm->ops->event_synchronize(events[i]);
+    free(events);
 }
 
 /* ---- IPC for the engine: maps peers' buffers through the backend ---- */
@@ -272,6 +345,9 @@ static void *init_thread_main(void *arg)
 
 static void release_comm(struct hal_comm_s *comm)
 {
+    for (size_t i = 0; i < comm->mark_count; i++)
+        comm->ops->event_destroy(comm->marks[i].event);
+    free(comm->marks);
     free(comm->mappings);
     pthread_cond_destroy(&comm->cond);
     pthread_mutex_destroy(&comm->lock);
@@ -414,6 +490,7 @@ hal_status_t hal_comm_finalize(hal_comm_t comm)
     HAL_CHECK_COMM(comm, call);
     hal_comm_wait_init(comm);
     wait_idle(comm);
+    wait_native(comm);
     return hal_comm_sticky(comm, call);
 }
 
@@ -449,6 +526,7 @@ static hal_status_t destroy_comm(struct hal_comm_s *comm, const char *call)
     if (comm->has_init_thread)
         pthread_join(comm->init_thread, NULL);
     wait_idle(comm);
+    wait_native(comm);
     hal_status_t st = hal_comm_sticky(comm, call);
     if (st == HAL_ERROR_ABORTED)
         st = HAL_OK; /* an abort the application asked for is not a failure of destroy */

@@ -396,7 +396,13 @@ static hal_status_t enqueue_host(comm_call_t *calls, size_t n)
 static bool has_native(const comm_call_t *c)
 {
     const hal_backend_ops_t *ops = c->comm->ops;
-    if (!c->comm->native)
+    if (!ops->comm_init)
+        return false;
+    /* Whether the backend runs this communicator's collectives is known once its init finished:
+     * a collective issued during a non-blocking init waits for it here, so that every rank
+     * takes the same path. */
+    hal_comm_wait_init(c->comm);
+    if (!hal_comm_native(c->comm))
         return false;
     switch (c->op.kind) {
     case HAL_ENGINE_ALLREDUCE:
@@ -424,7 +430,7 @@ static bool has_native(const comm_call_t *c)
 static hal_status_t call_native(const comm_call_t *c)
 {
     const hal_backend_ops_t *ops = c->comm->ops;
-    void *nc = c->comm->native, *s = c->stream->impl;
+    void *nc = hal_comm_native(c->comm), *s = c->stream->impl;
     const hal_engine_op_t *op = &c->op;
     hal_status_t st = HAL_ERROR_INTERNAL;
     switch (op->kind) {
@@ -455,6 +461,8 @@ static hal_status_t call_native(const comm_call_t *c)
     case HAL_ENGINE_BARRIER:
         break;
     }
+    if (st == HAL_OK)
+        hal_comm_note_native(c->comm, c->stream);
     return hal_finish(st, ops, kind_names[op->kind]);
 }
 

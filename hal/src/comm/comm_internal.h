@@ -12,6 +12,13 @@
 #define HAL_COMM_DEFAULT_TIMEOUT_MS 300000u
 #define HAL_COMM_MESSAGE_MAX        512
 
+/* A stream that ran native collectives of the communicator, and an event recorded on it after the
+ * last one: finalize and destroy wait for these events (the backend's work is not a host job). */
+typedef struct comm_native_mark {
+    void *stream; /* the backend's stream object */
+    void *event;  /* the backend's event object, owned by the communicator */
+} comm_native_mark_t;
+
 /* An IPC mapping the engine opened through the backend, with what closing it needs. */
 typedef struct comm_ipc_mapping {
     void *ptr;
@@ -48,6 +55,8 @@ struct hal_comm_s {
     uint32_t idle_waiters; /* threads in wait_idle (atomic) */
     comm_ipc_mapping_t *mappings;
     size_t mapping_count, mapping_capacity;
+    comm_native_mark_t *marks;
+    size_t mark_count, mark_capacity;
 };
 
 #define HAL_CHECK_COMM(h, call) HAL_CHECK_HANDLE(h, HAL_MAGIC_COMM, "hal_comm_t", call)
@@ -58,6 +67,12 @@ void hal_comm_latch(struct hal_comm_s *comm, hal_status_t st);
 hal_status_t hal_comm_sticky(struct hal_comm_s *comm, const char *call);
 /* Blocks until a non-blocking init finished; returns its result. */
 hal_status_t hal_comm_wait_init(struct hal_comm_s *comm);
+/* The backend's communicator once the init finished (NULL while it runs, after it failed, or
+ * when the HAL runs the collectives). Reads init_done first, so it never races the init. */
+void *hal_comm_native(struct hal_comm_s *comm);
+/* Records, after a native collective enqueued on `stream`, an event that finalize and destroy
+ * wait for. */
+void hal_comm_note_native(struct hal_comm_s *comm, struct hal_stream_s *stream);
 /* Bookkeeping of host jobs, for finalize and destroy. */
 void hal_comm_job_started(struct hal_comm_s *comm);
 void hal_comm_job_finished(struct hal_comm_s *comm);
