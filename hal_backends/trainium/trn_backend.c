@@ -80,7 +80,8 @@ static void path_append(trn_backend_t *b, const char *fmt, ...)
 }
 
 /* Composes the path line: which runtime was loaded and, for each thing a runtime may lack, the
- * path taken. Returns whether the runtime forced a fallback (an optional function missing). */
+ * path taken. Returns whether the runtime forced a fallback (an optional function missing, or no
+ * native collectives). */
 static bool compose_path_line(trn_backend_t *b)
 {
     const trn_nrt_t *nrt = &b->nrt;
@@ -94,7 +95,20 @@ static bool compose_path_line(trn_backend_t *b)
         path_append(b, "trainium: libnrt of unknown version (%s) at %s",
                     nrt->get_version == NULL ? "no nrt_get_version" : "nrt_get_version failed",
                     nrt->path);
-    path_append(b, "; collectives: host-staged");
+    if (b->cc_api != TRN_CC_NONE && b->cc_enabled)
+        path_append(b,
+                    "; collectives: native all-reduce, all-gather, reduce-scatter (out-of-NEFF, "
+                    "async API %d%s), the others host-staged",
+                    b->cc_api == TRN_CC_V3 ? 3 : 2,
+                    b->cc_api == TRN_CC_V2 ? ", in place through a copy" : "");
+    else if (b->cc_api != TRN_CC_NONE)
+        path_append(b, "; collectives: host-staged (HAL_NEURON_NATIVE_COLLECTIVES=0)");
+    else
+        path_append(b, "; collectives: host-staged (%s)", b->cc_reason);
+    if (nrt->has_cc_create_stream || nrt->has_cc_prepare_coalesced)
+        path_append(b, "; not used (no published signature):%s%s",
+                    nrt->has_cc_create_stream ? " nrt_cc_create_stream" : "",
+                    nrt->has_cc_prepare_coalesced ? " nrta_cc_prepare_coalesced" : "");
     if (nrt->get_vnc_memory_stats != NULL)
         path_append(b, "; memory: from the runtime");
     else
@@ -109,7 +123,7 @@ static bool compose_path_line(trn_backend_t *b)
                        "nrt_get_model_tensor_info)");
     if (nrt->missing[0] != '\0')
         path_append(b, "; missing: %s", nrt->missing);
-    return nrt->missing[0] != '\0';
+    return nrt->missing[0] != '\0' || b->cc_api == TRN_CC_NONE;
 }
 
 /* NEURON_RT_LOG_LEVEL asks for INFO or more (the runtime's own verbosity variable). */
@@ -182,6 +196,7 @@ static hal_status_t trn_init(const hal_host_services_t *host, void **out)
     if (nrt->get_total_vnc_count != NULL && nrt->get_total_vnc_count(&total) == NRT_SUCCESS)
         backend->total_vnc = total;
     find_node_position(backend);
+    trn_cc_setup(backend);
     log_path_line(backend);
     *out = backend;
     return HAL_OK;
@@ -200,7 +215,12 @@ out_free:
 static void trn_fini(void *backend_)
 {
     trn_backend_t *backend = backend_;
+    if (backend->nrt.have_cc)
+        trn_cc_reap(backend, true);
     backend->nrt.close();
+    /* Requests the runtime had when they were given up: nrt_close ended them. */
+    trn_cc_reap(backend, false);
+    pthread_mutex_destroy(&backend->cc_lock);
     trn_nrt_unload(&backend->nrt);
     free(backend);
 }
@@ -268,36 +288,22 @@ static const hal_backend_ops_t trn_ops = {
     .mem_ipc_open = NULL,
     .mem_ipc_close = NULL,
 
-    /* SEAM: native Neuron collectives (NeuronLink / EFA through libnccom).
-     *
-     * These slots stay NULL, so the HAL's host-staged collectives serve this backend: the
-     * core copies each buffer into pinned memory on the stream, reduces on the host and calls
-     * stream_launch_host_fn to keep stream order. A native implementation plugs in here, slot
-     * by slot, without touching anything else:
-     *   comm_init      nrt_cc_global_comm_init(vnc, rank, nranks), once the ranks agreed on
-     *                  the runtime's rendezvous address (NEURON_RT_ROOT_COMM_ID, rank 0's
-     *                  ip:port) through args->broadcast;
-     *   allreduce, allgather, reduce_scatter
-     *                  nrta_cc_prepare + nrta_cc_schedule on the collectives execution unit
-     *                  over the allocations' tensors (hal_backend_ptr_t.cookie + offset, via
-     *                  nrt_tensor_allocate_slice), completion polled with nrta_is_completed
-     *                  from the stream's worker;
-     *   broadcast, reduce, alltoall, send, recv
-     *                  no host-driven runtime call exists in libnrt 2.30: keep them NULL (the
-     *                  host implementation serves them) or build them from the three above;
-     *   capability     set HAL_DEVICE_CAP_NATIVE_COLLECTIVES in trn_device_get_properties.
-     * It needs Trainium hardware (the emulator has no collectives) and the runtime's async API
-     * (nrt_async.h), which changed between SDK 2.28 and 2.29: gate it on the version found. */
-    .comm_init = NULL,
-    .comm_destroy = NULL,
-    .comm_abort = NULL,
-    .comm_get_async_error = NULL,
-    .comm_get_native_handle = NULL,
-    .allreduce = NULL,
+    /* Native collectives over libnrt's out-of-NEFF collectives (trn_comm.c, trn_comm_ops.c):
+     * all-reduce, all-gather and reduce-scatter. comm_init decides per communicator, with its
+     * ranks, whether the runtime runs them (it returns no communicator where it does not: the
+     * HAL's host-staged collectives then serve that communicator). Broadcast, reduce,
+     * all-to-all and send/recv have no host-driven call in the runtime: NULL, the HAL runs them
+     * on the host, in stream order with the native ones. */
+    .comm_init = trn_comm_init,
+    .comm_destroy = trn_comm_destroy,
+    .comm_abort = trn_comm_abort,
+    .comm_get_async_error = trn_comm_get_async_error,
+    .comm_get_native_handle = trn_comm_get_native_handle,
+    .allreduce = trn_allreduce,
     .broadcast = NULL,
     .reduce = NULL,
-    .allgather = NULL,
-    .reduce_scatter = NULL,
+    .allgather = trn_allgather,
+    .reduce_scatter = trn_reduce_scatter,
     .alltoall = NULL,
     .send = NULL,
     .recv = NULL,

@@ -232,7 +232,10 @@ hal_status_t trn_device_get_properties(void *device_, hal_device_properties_t *p
     if (TRN_PROPS_HAS(props, capabilities))
         props->capabilities = HAL_DEVICE_CAP_TIMING_EVENTS | HAL_DEVICE_CAP_HOST_CALLBACKS |
                               HAL_DEVICE_CAP_PEER_COPY |
-                              (nrt->have_programs ? HAL_DEVICE_CAP_PROGRAMS : 0);
+                              (nrt->have_programs ? HAL_DEVICE_CAP_PROGRAMS : 0) |
+                              (device->backend->cc_api != TRN_CC_NONE && device->backend->cc_enabled
+                                   ? HAL_DEVICE_CAP_NATIVE_COLLECTIVES
+                                   : 0);
     if (TRN_PROPS_HAS(props, stream_priority_least))
         props->stream_priority_least = TRN_PRIORITY_LEAST;
     if (TRN_PROPS_HAS(props, stream_priority_greatest))

@@ -15,6 +15,8 @@
 #define HAL_BACKENDS_TRAINIUM_TRN_INTERNAL_H
 
 #include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -73,7 +75,7 @@ typedef struct trn_nrt {
     uint64_t version[4];
     char version_detail[RT_VERSION_DETAIL_LEN];
     /* Optional functions the runtime lacks, named for the path line (", "-separated). */
-    char missing[TRN_MSG_MAX];
+    char missing[2 * TRN_MSG_MAX];
 
     /* Required. */
     nrt_init_fn *init;
@@ -105,6 +107,24 @@ typedef struct trn_nrt {
     nrt_execute_fn *execute;
     nrt_get_model_tensor_info_fn *get_model_tensor_info;
     nrt_free_model_tensor_info_fn *free_model_tensor_info;
+
+    /* Optional group: the out-of-NEFF collectives (libnrt 2.30, SDK 2.28, and later).
+     * nrta_cc_schedule has one symbol and two signatures (async API 2 and 3): which pointer is
+     * called depends on the version (trn_cc_api_t). */
+    bool have_cc;
+    nrt_cc_global_comm_init_fn *cc_global_comm_init;
+    nrta_cc_prepare_fn *cc_prepare;
+    nrta_cc_schedule_fn *cc_schedule;
+    nrta_cc_schedule_v3_fn *cc_schedule_v3;
+    nrta_is_completed_fn *is_completed;
+    /* Optional group: async API 2's error trackers (absent from 2.31 on). */
+    bool have_trackers;
+    nrta_error_tracker_create_fn *error_tracker_create;
+    nrta_error_tracker_destroy_fn *error_tracker_destroy;
+    nrta_error_tracker_get_list_fn *error_tracker_get_list;
+    /* Later additions with no published signature: detected, reported, never called. */
+    bool has_cc_create_stream;
+    bool has_cc_prepare_coalesced;
 } trn_nrt_t;
 
 /* Finds and loads libnrt.so.1 (HAL_NEURON_LIBNRT, then the installed runtime, then the loader's
@@ -140,6 +160,15 @@ hal_status_t trn_status_format(const trn_nrt_t *nrt, NRT_STATUS rc, trn_nrt_op_t
 
 /* ---- backend and devices (trn_backend.c, trn_device.c) ------------------------------------- */
 
+/* Which signatures the out-of-NEFF collectives have in the loaded runtime. */
+typedef enum trn_cc_api {
+    TRN_CC_NONE, /* no native collectives (host-staged) */
+    TRN_CC_V2,   /* libnrt 2.30.x (SDK 2.28): error trackers; no in-place */
+    TRN_CC_V3,   /* libnrt 2.31 and later (SDK 2.29+): status pointers; in place */
+} trn_cc_api_t;
+
+struct trn_cc_job;
+
 HAL_BACKEND_EXPORT hal_status_t hal_backend_get_ops(uint32_t host_api_version,
                                                     const hal_backend_ops_t **ops);
 
@@ -155,17 +184,32 @@ typedef struct trn_backend {
     uint32_t node_count;
     nrt_instance_info_t instance;
     bool have_instance;
+    /* Native collectives (trn_comm.c): which async API the runtime's version calls for, or
+     * none (cc_reason says why); cc_enabled unless HAL_NEURON_NATIVE_COLLECTIVES=0. */
+    trn_cc_api_t cc_api;
+    bool cc_enabled;
+    char cc_reason[160];
+    pthread_mutex_t cc_lock;      /* the cores' global communicator ids, the environment */
+    struct trn_cc_job *graveyard; /* requests given up while the runtime had them */
     /* Which path the backend takes for each thing a runtime may lack, in one line (the "path
      * line"), written to stderr at open where the runtime forced a fallback or
      * NEURON_RT_LOG_LEVEL asks for INFO. */
-    char path_line[TRN_MSG_MAX];
+    char path_line[2 * TRN_MSG_MAX];
 } trn_backend_t;
+
+/* A core's place in the runtime's global communicator (token 0: none). */
+typedef struct trn_cc_world {
+    uint64_t token; /* names the global communicator, the same on every member */
+    uint32_t g_id, g_count;
+} trn_cc_world_t;
 
 typedef struct trn_device {
     hq_device_t hq; /* first: the engine's ops slots take the device object */
     trn_backend_t *backend;
-    uint32_t index;        /* logical NeuronCore, relative to the visible set (the vnc) */
-    uint64_t total_memory; /* bytes of device memory of the core */
+    trn_cc_world_t world;   /* guarded by backend->cc_lock */
+    atomic_bool cc_claimed; /* a native communicator runs on this core */
+    uint32_t index;         /* logical NeuronCore, relative to the visible set (the vnc) */
+    uint64_t total_memory;  /* bytes of device memory of the core */
 } trn_device_t;
 
 _Static_assert(offsetof(trn_device_t, hq) == 0, "the engine's device comes first");
@@ -225,6 +269,39 @@ hal_status_t trn_mem_free(void *device, hal_mem_kind_t kind, void *ptr, void *co
 hal_status_t trn_memcpy_async(void *stream, const hal_backend_ptr_t *dst,
                               const hal_backend_ptr_t *src, size_t n);
 hal_status_t trn_memset_async(void *stream, const hal_backend_ptr_t *dst, int value, size_t n);
+
+/* ---- native collectives (trn_comm.c, trn_comm_ops.c, trn_reduce.c) ------------------------- */
+
+/* Decides at backend init which async API the runtime calls for (cc_api, cc_reason). */
+void trn_cc_setup(trn_backend_t *backend);
+/* Frees the requests given up while the runtime still had them; after nrt_close, or whenever
+ * they completed (then `completed_only`). */
+void trn_cc_reap(trn_backend_t *backend, bool completed_only);
+
+hal_status_t trn_comm_init(void *device, const hal_backend_comm_args_t *args, void **comm);
+hal_status_t trn_comm_destroy(void *comm);
+hal_status_t trn_comm_abort(void *comm);
+hal_status_t trn_comm_get_async_error(void *comm);
+hal_status_t trn_comm_get_native_handle(void *comm, uintptr_t *native);
+hal_status_t trn_allreduce(void *comm, void *stream, const hal_backend_ptr_t *send,
+                           const hal_backend_ptr_t *recv, size_t count, hal_dtype_t dtype,
+                           hal_redop_t op);
+hal_status_t trn_allgather(void *comm, void *stream, const hal_backend_ptr_t *send,
+                           const hal_backend_ptr_t *recv, size_t sendcount, hal_dtype_t dtype);
+hal_status_t trn_reduce_scatter(void *comm, void *stream, const hal_backend_ptr_t *send,
+                                const hal_backend_ptr_t *recv, size_t recvcount, hal_dtype_t dtype,
+                                hal_redop_t op);
+
+/* Size of an element (0 for an unknown type). */
+size_t trn_dtype_size(hal_dtype_t dtype);
+/* dst = srcs[0] op srcs[1] op ... op srcs[nsrc - 1] for `count` elements, in that order, as the
+ * HAL defines the operations (integers wrap; f16 and bf16 are widened, combined and rounded to
+ * nearest even at each step; AVG divides the sum by nranks, integers truncating toward zero).
+ * dst may be srcs[0] but no other source. */
+void trn_reduce(hal_dtype_t dtype, hal_redop_t op, void *dst, const void *const *srcs, int nsrc,
+                size_t count, int nranks);
+/* buf[i] /= divisor (AVG's last step, as trn_reduce does it). */
+void trn_divide(hal_dtype_t dtype, void *buf, size_t count, int divisor);
 
 /* ---- programs (trn_program.c) -------------------------------------------------------------- */
 

@@ -27,6 +27,8 @@ typedef enum trn_nrt_need {
     TRN_NEED_REQUIRED,
     TRN_NEED_OPTIONAL,
     TRN_NEED_PROGRAMS,
+    TRN_NEED_CC,
+    TRN_NEED_TRACKERS,
 } trn_nrt_need_t;
 
 typedef struct trn_nrt_symbol {
@@ -44,6 +46,15 @@ typedef struct trn_nrt_symbol {
         .offset = offsetof(trn_nrt_t, field) +                                     \
                   0 * sizeof(&((trn_nrt_t *)NULL)->field == (symbol##_fn **)NULL), \
         .need = (how)                                                              \
+    }
+
+/* An entry whose field has another type than symbol##_fn: nrta_cc_schedule's async API 3 form. */
+#define TRN_SYM_AS(field, symbol, type, how)                                                       \
+    {                                                                                              \
+        .name = #symbol,                                                                           \
+        .offset =                                                                                  \
+            offsetof(trn_nrt_t, field) + 0 * sizeof(&((trn_nrt_t *)NULL)->field == (type **)NULL), \
+        .need = (how)                                                                              \
     }
 
 static const trn_nrt_symbol_t trn_nrt_symbols[] = {
@@ -71,6 +82,14 @@ static const trn_nrt_symbol_t trn_nrt_symbols[] = {
     TRN_SYM(execute, nrt_execute, TRN_NEED_PROGRAMS),
     TRN_SYM(get_model_tensor_info, nrt_get_model_tensor_info, TRN_NEED_PROGRAMS),
     TRN_SYM(free_model_tensor_info, nrt_free_model_tensor_info, TRN_NEED_PROGRAMS),
+    TRN_SYM(cc_global_comm_init, nrt_cc_global_comm_init, TRN_NEED_CC),
+    TRN_SYM(cc_prepare, nrta_cc_prepare, TRN_NEED_CC),
+    TRN_SYM(cc_schedule, nrta_cc_schedule, TRN_NEED_CC),
+    TRN_SYM_AS(cc_schedule_v3, nrta_cc_schedule, nrta_cc_schedule_v3_fn, TRN_NEED_CC),
+    TRN_SYM(is_completed, nrta_is_completed, TRN_NEED_CC),
+    TRN_SYM(error_tracker_create, nrta_error_tracker_create, TRN_NEED_TRACKERS),
+    TRN_SYM(error_tracker_destroy, nrta_error_tracker_destroy, TRN_NEED_TRACKERS),
+    TRN_SYM(error_tracker_get_list, nrta_error_tracker_get_list, TRN_NEED_TRACKERS),
 };
 
 #define TRN_NRT_SYMBOL_COUNT (sizeof(trn_nrt_symbols) / sizeof(trn_nrt_symbols[0]))
@@ -148,7 +167,7 @@ static hal_status_t resolve_symbols(trn_nrt_t *nrt, char *msg, size_t msg_size)
 {
     char missing[TRN_MSG_MAX] = "";
     unsigned count = 0, required = 0;
-    bool programs = true;
+    bool programs = true, cc = true, trackers = true;
     for (size_t i = 0; i < TRN_NRT_SYMBOL_COUNT; i++) {
         const trn_nrt_symbol_t *sym = &trn_nrt_symbols[i];
         required += sym->need == TRN_NEED_REQUIRED;
@@ -159,8 +178,11 @@ static hal_status_t resolve_symbols(trn_nrt_t *nrt, char *msg, size_t msg_size)
                 list_append(missing, sizeof(missing), sym->name);
                 count++;
             } else {
-                list_append(nrt->missing, sizeof(nrt->missing), sym->name);
+                if (i == 0 || strcmp(trn_nrt_symbols[i - 1].name, sym->name) != 0)
+                    list_append(nrt->missing, sizeof(nrt->missing), sym->name);
                 programs = programs && sym->need != TRN_NEED_PROGRAMS;
+                cc = cc && sym->need != TRN_NEED_CC;
+                trackers = trackers && sym->need != TRN_NEED_TRACKERS;
             }
             continue;
         }
@@ -179,6 +201,16 @@ static hal_status_t resolve_symbols(trn_nrt_t *nrt, char *msg, size_t msg_size)
     nrt->have_programs = programs;
     if (!programs)
         drop_group(nrt, TRN_NEED_PROGRAMS);
+    nrt->have_cc = cc;
+    if (!cc)
+        drop_group(nrt, TRN_NEED_CC);
+    nrt->have_trackers = trackers;
+    if (!trackers)
+        drop_group(nrt, TRN_NEED_TRACKERS);
+    /* Added by SDK 2.29 and 2.31 with no published signature: only noted. */
+    nrt->has_cc_create_stream = dlsym(nrt->dl, "nrt_cc_create_stream") != NULL;
+    nrt->has_cc_prepare_coalesced = dlsym(nrt->dl, "nrta_cc_prepare_coalesced") != NULL ||
+                                    dlsym(nrt->dl, "nrt_cc_prepare_coalesced") != NULL;
     /* The emulator's extension marks it, for messages about what it cannot do. */
     nrt->is_emulator = dlsym(nrt->dl, "nrt_emu_set_fault") != NULL;
     return HAL_OK;

@@ -105,7 +105,8 @@ CTEST(TrnBackend, Properties)
         CTEST_EXPECT(p.total_memory == (UINT64_C(16) << 30)); /* 32 GiB per chip, 2 cores */
         CTEST_EXPECT(p.capabilities ==
                      (HAL_DEVICE_CAP_TIMING_EVENTS | HAL_DEVICE_CAP_HOST_CALLBACKS |
-                      HAL_DEVICE_CAP_PEER_COPY | HAL_DEVICE_CAP_PROGRAMS));
+                      HAL_DEVICE_CAP_PEER_COPY | HAL_DEVICE_CAP_PROGRAMS |
+                      HAL_DEVICE_CAP_NATIVE_COLLECTIVES));
         CTEST_EXPECT(p.stream_priority_least == 0 && p.stream_priority_greatest == -2);
         CTEST_EXPECT(p.alignment == 4096);
         hal_mem_stats_t stats = HAL_MEM_STATS_INIT;
@@ -274,7 +275,9 @@ CTEST(TrnBackend, OlderRuntimeFallsBackAndSaysSo)
     CTEST_EXPECT(strstr(err, "memory: unknown (no nrt_get_vnc_memory_stats)") != NULL);
     CTEST_EXPECT(strstr(err, "device names: core numbers only (no nrt_get_instance_info)") != NULL);
     CTEST_EXPECT(strstr(err, "programs: none") != NULL);
+    CTEST_EXPECT(strstr(err, "collectives: host-staged (the runtime's version is unknown") != NULL);
     CTEST_EXPECT(strstr(err, "missing: nrt_get_status_as_str, nrt_get_version") != NULL);
+    CTEST_EXPECT(strstr(err, "nrta_cc_schedule, nrta_is_completed") != NULL);
     /* One line. */
     char *nl = strchr(err, '\n');
     CTEST_EXPECT(nl != NULL && nl[1] == '\0');
@@ -287,6 +290,7 @@ CTEST(TrnBackend, OlderRuntimeFallsBackAndSaysSo)
     CTEST_EXPECT(strcmp(p.name, "NeuronCore 1") == 0);
     CTEST_EXPECT(p.total_memory == 0);
     CTEST_EXPECT((p.capabilities & HAL_DEVICE_CAP_PROGRAMS) == 0 && p.program_formats == 0);
+    CTEST_EXPECT((p.capabilities & HAL_DEVICE_CAP_NATIVE_COLLECTIVES) == 0);
     CTEST_EXPECT((p.capabilities & HAL_DEVICE_CAP_HOST_CALLBACKS) != 0);
     /* No node position without the instance's core count: the core numbers the devices. */
     CTEST_EXPECT(p.node_index == 1 && p.node_device_count == 2);
@@ -336,6 +340,8 @@ CTEST(TrnBackend, PathLineAtInfoLevel)
         fprintf(stderr, "stderr was: %s\n", err);
     CTEST_EXPECT(strstr(err, "trainium: libnrt 2.30.50.0 at ") != NULL);
     CTEST_EXPECT(strstr(err, "memory: from the runtime") != NULL);
+    CTEST_EXPECT(strstr(err, "collectives: native all-reduce, all-gather, reduce-scatter "
+                             "(out-of-NEFF, async API 2, in place through a copy)") != NULL);
     CTEST_EXPECT(strstr(err, "missing:") == NULL);
     if (r.backend != NULL)
         EXPECT_OK(hal_backend_close(r.backend));

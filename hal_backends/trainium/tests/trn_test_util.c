@@ -70,6 +70,10 @@ void tt_env_reset(void)
         "WORLD_SIZE",
         "HAL_NEURON_BUNDLED_LIBNRT",
         "NEURON_RT_LOG_LEVEL",
+        "HAL_NEURON_NATIVE_COLLECTIVES",
+        "NEURON_EMU_RUNTIME_VERSION",
+        "NEURON_EMU_CC_TIMEOUT_MS",
+        "NEURON_RT_ROOT_COMM_ID",
     };
     for (size_t i = 0; i < sizeof(cleared) / sizeof(cleared[0]); i++)
         tt_setenv(cleared[i], NULL);
