@@ -221,22 +221,47 @@ def test_example_loss_alignment_and_resume(tmp_path):
 
 # ---- Two processes, Trainium backend (libnrt emulator) --------------------------------------------
 
-def test_collectives_two_ranks_trainium(tmp_path):
+# The Trainium backend runs all-reduce, all-gather and reduce-scatter on the runtime's out-of-NEFF
+# collectives (native, the default); HAL_NEURON_NATIVE_COLLECTIVES=0 leaves every collective to
+# the HAL's host-staged ones. Both paths run. At NEURON_RT_LOG_LEVEL=INFO the backend writes the
+# path it takes and the runtime logs each core joining its global communicator.
+COLLECTIVE_PATHS = {
+    "native": {"NEURON_RT_LOG_LEVEL": "INFO"},
+    "host": {"NEURON_RT_LOG_LEVEL": "INFO", "HAL_NEURON_NATIVE_COLLECTIVES": "0"},
+}
+
+
+def check_collective_path(path, log):
+    if path == "native":
+        assert "collectives: native all-reduce, all-gather, reduce-scatter" in log, log
+        assert "is global device" in log, log  # a native communicator was built
+    else:
+        assert "collectives: host-staged (HAL_NEURON_NATIVE_COLLECTIVES=0)" in log, log
+        assert "is global device" not in log, log
+
+
+@pytest.mark.parametrize("path", sorted(COLLECTIVE_PATHS))
+def test_collectives_two_ranks_trainium(tmp_path, path):
     need_emulator()
     # Through torchrun: its launcher process must not take the NeuronCores (torch_hal does not
     # open the backend there), and each rank claims its own (NEURON_RT_VISIBLE_CORES=LOCAL_RANK).
     proc = torchrun([WORKER, "collectives"], tmp_path, backend="trainium",
-                    extra_env={"TEST_OK_DIR": str(tmp_path)})
+                    extra_env={"TEST_OK_DIR": str(tmp_path), **COLLECTIVE_PATHS[path]})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for rank in range(2):
         reported = (tmp_path / f"rank{rank}.txt").read_text().splitlines()
         for name in COLLECTIVE_CHECKS:
             assert f"OK {name}" in reported, (rank, name, proc.stdout, proc.stderr)
+    check_collective_path(path, proc.stdout + proc.stderr)
 
 
-def test_ddp_step_matches_cpu_trainium(tmp_path):
+@pytest.mark.parametrize("path", sorted(COLLECTIVE_PATHS))
+def test_ddp_step_matches_cpu_trainium(tmp_path, path):
     need_emulator()
-    check_ok(launch("ddp", tmp_path, backend="trainium"), ["default_backend", "ddp_matches_cpu"])
+    results = launch("ddp", tmp_path, backend="trainium", extra_env=COLLECTIVE_PATHS[path])
+    check_ok(results, ["default_backend", "ddp_matches_cpu"])
+    for rc, out, err in results:
+        check_collective_path(path, out + err)
 
 
 def test_neuron_cores_claimed_per_local_rank(tmp_path):
