@@ -24,6 +24,7 @@
  * tensors until the runtime is done with them (the backend's graveyard). */
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -436,10 +437,12 @@ static hal_status_t run_request(trn_comm_t *c, trn_cc_job_t *job, nrt_tensor_t *
     }
     if (rc != NRT_SUCCESS) /* the prepared context cannot be freed by any call: it stays */
         return runtime_failed(c, rc, TRN_OP_OTHER, "nrta_cc_schedule(%s)", what);
-    /* Poll for completion, sleeping longer and longer (20 us to 1 ms), and wake at once for an
-     * abort. No peer is watched here: every rank scheduled its part, so the runtime either
-     * completes or fails the request; a runtime that hangs meets the timeout. */
+    /* Poll for completion: yielding the processor for the first 50 us, then sleeping longer and
+     * longer (20 us to 1 ms), waking at once for an abort. No peer is watched here: every rank
+     * scheduled its part, so the runtime either completes or fails the request; a runtime that
+     * hangs meets the timeout. */
     long sleep_ns = 20000;
+    uint64_t spin_until = now_ns() + 50000;
     for (;;) {
         bool done = false;
         rc = nrt->is_completed(job->seq, &done);
@@ -459,6 +462,10 @@ static hal_status_t run_request(trn_comm_t *c, trn_cc_job_t *job, nrt_tensor_t *
                           "the runtime did not complete %s within %u ms (nrta_is_completed)", what,
                           c->timeout_ms);
             return HAL_ERROR_TIMEOUT;
+        }
+        if (now_ns() < spin_until) {
+            sched_yield();
+            continue;
         }
         struct pollfd p = { .fd = c->wake[0], .events = POLLIN };
         struct timespec ts = { 0, sleep_ns };
