@@ -24,6 +24,7 @@
  * run); bench_coll_rank.c the rank mode; bench_coll_peers.c the processes of every job and
  * which peers can run; bench_coll_results.c result lines, tables and targets; bench_coll.h
  * what they share. */
+#include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -263,9 +264,54 @@ static void print_plan(const coll_plan_t *plan)
     printf("\n");
 }
 
+/* Whether HAL_NEURON_LIBNRT names the libnrt emulator (it exports nrt_emu_set_fault); the
+ * library is only looked at, never initialised (that would take NeuronCores). */
+static bool libnrt_is_emulator(void)
+{
+    const char *path = getenv("HAL_NEURON_LIBNRT");
+    if (path == NULL || path[0] == '\0')
+        return false;
+    void *dl = dlopen(path, RTLD_LAZY | RTLD_LOCAL);
+    bool emulator = dl != NULL && dlsym(dl, "nrt_emu_set_fault") != NULL;
+    if (dl != NULL)
+        dlclose(dl);
+    return emulator;
+}
+
+/* The sides measured: every backend as it is, and the trainium backend once more with its native
+ * collectives off (unless they are off already), so that both paths are measured in one run. */
+static int make_sides(const char *const *backends, int nbackends, hal_side_t *sides)
+{
+    const char *env = getenv("HAL_NEURON_NATIVE_COLLECTIVES");
+    bool native_off = env != NULL && strcmp(env, "0") == 0;
+    int n = 0;
+    for (int b = 0; b < nbackends && n < MAX_SIDES; b++) {
+        bool trainium = strstr(backends[b], "trainium") != NULL;
+        sides[n] = (hal_side_t){ .backend = backends[b],
+                                 .label = trainium && !native_off ? "native collectives" : "",
+                                 .targets = true,
+                                 .twin = -1 };
+        n++;
+        if (trainium && !native_off && n < MAX_SIDES) {
+            sides[n] = (hal_side_t){ .backend = backends[b],
+                                     .env = "HAL_NEURON_NATIVE_COLLECTIVES=0",
+                                     .label = "host-staged",
+                                     .targets = false,
+                                     .twin = n - 1 };
+            sides[n - 1].twin = n;
+            n++;
+        }
+    }
+    return n;
+}
+
 int bench_coll_run(const bench_options_t *opts, const char *const *backends, int nbackends,
                    bench_targets_t *targets)
 {
+    static hal_side_t sides[MAX_SIDES];
+    int nsides = make_sides(backends, nbackends, sides);
+    memset(path_native, 0, sizeof(path_native));
+    memset(path_host, 0, sizeof(path_host));
     static driver_t d;
     memset(&d, 0, sizeof(d));
     d.opts = opts;
@@ -339,12 +385,24 @@ int bench_coll_run(const bench_options_t *opts, const char *const *backends, int
                 int which = round % 2 == 0 ? k : 2 - k; /* 0 hal, 1 Open MPI, 2 Gloo */
                 uint64_t t0 = bench_now_ns();
                 if (which == 0) {
-                    for (int b = 0; b < nbackends && b < 8; b++) {
+                    /* The two ways of one backend alternate too, round by round. */
+                    int order[MAX_SIDES];
+                    for (int b = 0; b < nsides; b++)
+                        order[b] = b;
+                    for (int b = 0; round % 2 == 1 && b + 1 < nsides; b++)
+                        if (sides[b].twin == b + 1) {
+                            order[b] = b + 1;
+                            order[b + 1] = b;
+                            b++;
+                        }
+                    for (int k = 0; k < nsides; k++) {
+                        int side = order[k];
                         t0 = bench_now_ns();
-                        if (run_hal(&d, backends[b], b, n) != 0)
+                        if (run_hal(&d, &sides[side], side, n) != 0)
                             rc = 1;
-                        bench_progress("coll: %d processes, round %d/%d: hal (%s) %.1f s", n,
-                                       round + 1, rounds, backends[b],
+                        bench_progress("coll: %d processes, round %d/%d: hal (%s%s%s) %.1f s", n,
+                                       round + 1, rounds, sides[side].backend,
+                                       sides[side].label[0] ? ", " : "", sides[side].label,
                                        (double)(bench_now_ns() - t0) / 1e9);
                     }
                 } else if (which == 1 && d.mpi_ok) {
@@ -377,13 +435,19 @@ int bench_coll_run(const bench_options_t *opts, const char *const *backends, int
     for (int i = 0; i < ninfos; i++)
         printf("   peer: %s\n", infos[i]);
 
-    for (int b = 0; b < nbackends && b < 8; b++) {
+    bool emulator = libnrt_is_emulator();
+    for (int b = 0; b < nsides; b++) {
+        const hal_side_t *side = &sides[b];
+        printf("\nhal (backend %s%s%s): %d rank processes reported native collectives, %d "
+               "host-staged\n",
+               side->backend, side->label[0] ? ", " : "", side->label, path_native[b],
+               path_host[b]);
         for (int i = 0; i < opt_nranks_counts; i++) {
             int n = opt_ranks[i];
             for (int c = 0; c < d.plan.ncolls; c++) {
                 coll_kind_t kind = d.plan.coll[c];
-                printf("\n# %s, hal (backend %s), %d processes\n", coll_kind_names[kind],
-                       backends[b], n);
+                printf("\n# %s, hal (backend %s%s%s), %d processes\n", coll_kind_names[kind],
+                       side->backend, side->label[0] ? ", " : "", side->label, n);
                 print_nccl_table(SRC_HAL + b, n, kind, &d.plan);
                 printf("\n");
                 print_comparison(b, n, kind, &d.plan);
@@ -391,7 +455,27 @@ int bench_coll_run(const bench_options_t *opts, const char *const *backends, int
             printf("\n");
             print_latency(b, n, &d.plan);
         }
-        add_targets(&d, backends[b], b, memcpy_gbs, targets);
+        if (side->targets)
+            add_targets(&d, side->backend, b, memcpy_gbs, targets);
+    }
+    /* The two ways of a backend side by side. */
+    for (int b = 0; b < nsides; b++) {
+        if (sides[b].twin <= b)
+            continue;
+        printf("\n== %s: native collectives against host-staged, same run\n", sides[b].backend);
+        if (emulator)
+            printf("   on the libnrt emulator (HAL_NEURON_LIBNRT): its collectives move data "
+                   "through sockets and reduce on the host, so these figures measure the "
+                   "plumbing (control messages, runtime calls, staging), not NeuronLink or "
+                   "EFA\n");
+        for (int i = 0; i < opt_nranks_counts; i++) {
+            int n = opt_ranks[i];
+            for (int c = 0; c < d.plan.ncolls; c++) {
+                coll_kind_t kind = d.plan.coll[c];
+                printf("\n# %s, %d processes\n", coll_kind_names[kind], n);
+                print_sides(sides, b, sides[b].twin, n, kind, &d.plan);
+            }
+        }
     }
     printf("\n");
     load_report(&load);

@@ -84,10 +84,22 @@ typedef struct driver {
     char mpi_skip[PATH_MAX + 256], gloo_skip[PATH_MAX + 256];
 } driver_t;
 
-/* Run one job of the HAL's rank processes (backend backends[bidx]), of Open MPI's peer or of
+/* One side of the HAL measured: a backend, and what its rank processes get in their
+ * environment besides (the trainium backend is measured twice: with its native collectives, and
+ * host-staged with HAL_NEURON_NATIVE_COLLECTIVES=0). */
+#define MAX_SIDES 8
+typedef struct hal_side {
+    const char *backend;
+    const char *env;   /* "NAME=value" for the ranks, or NULL */
+    const char *label; /* "" for a backend as it is, else what the side changes */
+    bool targets;      /* the part's targets are evaluated on this side */
+    int twin;          /* the side of the same backend measured the other way, or -1 */
+} hal_side_t;
+
+/* Run one job of the HAL's rank processes (side sides[bidx]), of Open MPI's peer or of
  * Gloo's, with n processes, and record its results. Return 0, or 1 if the job failed (reported
  * on stderr). */
-int run_hal(driver_t *d, const char *backend, int bidx, int n);
+int run_hal(driver_t *d, const hal_side_t *side, int bidx, int n);
 int run_mpi(driver_t *d, int n);
 int run_gloo(driver_t *d, int n);
 /* Which peers can run, and why not (d->mpi_ok, d->gloo_ok, d->mpi_skip, d->gloo_skip). */
@@ -120,6 +132,8 @@ extern result_t results[MAX_RESULTS];
 extern int nresults;
 extern char infos[MAX_INFOS][128];
 extern int ninfos;
+/* How many rank processes of each side reported its collectives native, and host-staged. */
+extern int path_native[MAX_SIDES], path_host[MAX_SIDES];
 
 /* The result of (source, nranks, algo (NULL: any), kind, bytes), or NULL. */
 result_t *find_result(int source, int nranks, const char *algo, coll_kind_t kind, uint64_t bytes);
@@ -133,6 +147,9 @@ double busbw_of(const result_t *r);
 void print_nccl_table(int source, int n, coll_kind_t kind, const coll_plan_t *plan);
 void print_comparison(int bidx, int n, coll_kind_t kind, const coll_plan_t *plan);
 void print_latency(int bidx, int n, const coll_plan_t *plan);
+/* busbw of side `a` next to side `b` (the same backend measured both ways), per size. */
+void print_sides(const hal_side_t *sides, int a, int b, int n, coll_kind_t kind,
+                 const coll_plan_t *plan);
 /* Records the part's targets for backend backends[bidx]. */
 void add_targets(const driver_t *d, const char *backend, int bidx, double memcpy_gbs,
                  bench_targets_t *targets);

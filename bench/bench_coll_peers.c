@@ -190,8 +190,9 @@ static char **env_with(const char *const *extra)
     return env;
 }
 
-int run_hal(driver_t *d, const char *backend, int bidx, int n)
+int run_hal(driver_t *d, const hal_side_t *side, int bidx, int n)
 {
+    const char *backend = side->backend;
     hal_unique_id_t id;
     hal_status_t st = hal_comm_get_unique_id(0, &id);
     if (st != HAL_OK) {
@@ -201,13 +202,14 @@ int run_hal(driver_t *d, const char *backend, int bidx, int n)
     char id_env[sizeof(ID_ENV) + 2 * HAL_UNIQUE_ID_BYTES + 2];
     snprintf(id_env, sizeof(id_env), "%s=", ID_ENV);
     id_to_hex(&id, id_env + strlen(id_env));
-    const char *extra[] = { id_env, NULL };
+    const char *extra[] = { id_env, side->env, NULL };
     char **env = env_with(extra);
     if (!env)
         return 1;
 
-    char label[64];
-    snprintf(label, sizeof(label), "hal (%s), %d processes", backend, n);
+    char label[128];
+    snprintf(label, sizeof(label), "hal (%s%s%s), %d processes", backend,
+             side->label[0] ? ", " : "", side->label, n);
     job_t *job = calloc(1, sizeof(*job));
     if (!job) {
         free(env);

@@ -168,6 +168,9 @@ int bench_coll_rank_main(int argc, char **argv)
     hal_comm_config_t config = HAL_COMM_CONFIG_INIT;
     BENCH_HAL_CHECK_GOTO(hal_comm_init(&id, e.nranks, e.rank, device, &config, &e.comm),
                          out_backend);
+    /* Whether the backend runs this communicator's collectives (for the driver's report). */
+    uintptr_t native = 0;
+    printf("path %s\n", hal_comm_get_native_handle(e.comm, &native) == HAL_OK ? "native" : "host");
     BENCH_HAL_CHECK_GOTO(hal_stream_create(device, 0, &e.stream), out_comm);
     BENCH_HAL_CHECK_GOTO(
         hal_mem_alloc(device, HAL_MEM_KIND_DEVICE, max_send * sizeof(float), 0, &e.send), out_mem);

@@ -32,8 +32,19 @@ result_t *find_result(int source, int nranks, const char *algo, coll_kind_t kind
 
 /* Parses one line of a job's output into the table: the lines of one job are merged repeat by
  * repeat (maximum over processes), the repeats of different jobs (rounds) are pooled. */
+int path_native[MAX_SIDES], path_host[MAX_SIDES];
+
 static void parse_line(int source, int nranks, const char *line)
 {
+    if (strncmp(line, "path ", 5) == 0) {
+        if (source >= SRC_HAL && source < SRC_HAL + MAX_SIDES) {
+            if (strcmp(line + 5, "native") == 0)
+                path_native[source - SRC_HAL]++;
+            else
+                path_host[source - SRC_HAL]++;
+        }
+        return;
+    }
     if (strncmp(line, "info ", 5) == 0) {
         for (int i = 0; i < ninfos; i++)
             if (strcmp(infos[i], line + 5) == 0)
@@ -254,6 +265,36 @@ void print_comparison(int bidx, int n, coll_kind_t kind, const coll_plan_t *plan
             bench_table_cell(&t, row, 2 + ncols, "%.2fx", busbw_of(ours) / busbw_of(best));
         else
             bench_table_cell(&t, row, 2 + ncols, "-");
+    }
+    bench_table_print(&t);
+}
+
+void print_sides(const hal_side_t *sides, int a, int b, int n, coll_kind_t kind,
+                 const coll_plan_t *plan)
+{
+    bench_table_t t;
+    char head_a[64], head_b[64];
+    snprintf(head_a, sizeof(head_a), "%s", sides[a].label[0] ? sides[a].label : "as it is");
+    snprintf(head_b, sizeof(head_b), "%s", sides[b].label[0] ? sides[b].label : "as it is");
+    bench_table_init(&t, "busbw GB/s", head_a, head_b, NULL);
+    snprintf(t.head[t.ncols++], BENCH_TABLE_CELL_MAX, "ratio");
+    for (int s = 0; s < plan->nsteps; s++) {
+        coll_shape_t sh = coll_shape_of(kind, plan->step[s].bytes, n);
+        int row = bench_table_row(&t);
+        const result_t *ra = find_result(SRC_HAL + a, n, NULL, kind, sh.bytes);
+        const result_t *rb = find_result(SRC_HAL + b, n, NULL, kind, sh.bytes);
+        bench_table_cell(&t, row, 0, "%s", size_str(sh.bytes));
+        for (int k = 0; k < 2; k++) {
+            const result_t *r = k ? rb : ra;
+            if (r)
+                bench_table_cell(&t, row, 1 + k, "%.3f%s", busbw_of(r), r->wrong ? " WRONG" : "");
+            else
+                bench_table_cell(&t, row, 1 + k, "failed");
+        }
+        if (ra && rb && busbw_of(rb) > 0.0)
+            bench_table_cell(&t, row, 3, "%.2fx", busbw_of(ra) / busbw_of(rb));
+        else
+            bench_table_cell(&t, row, 3, "-");
     }
     bench_table_print(&t);
 }
