@@ -281,15 +281,6 @@ def test_rng_reproducible(device_type, devmod):
                        torch.randn(4, device=device_type, generator=h).cpu())
 
 
-def test_generator_offset_refused_naming_the_device(device_type):
-    # The device's generator is the CPU's mt19937: it has no Philox offset, and says so by name.
-    g = torch.Generator(device=device_type)
-    for call in (lambda: g.get_offset(), lambda: g.set_offset(4)):
-        with pytest.raises(RuntimeError, match=f"the {device_type} generator does not use an "
-                                               "offset"):
-            call()
-
-
 def test_fork_rng_restores_device_state(device_type, devmod):
     devmod.manual_seed(5)
     with torch.random.fork_rng(devices=range(devmod.device_count()), device_type=device_type):

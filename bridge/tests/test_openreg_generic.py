@@ -799,9 +799,9 @@ def test_device_generators(device_type, two_devices):
     generator.manual_seed(42)
     assert torch.equal(a.cpu(), torch.randn(5, device=device_type, generator=generator).cpu())
     # An mt19937 generator, like the CPU's: no Philox offsets.
-    with pytest.raises(RuntimeError, match="does not use offset"):
+    with pytest.raises(RuntimeError, match=f"the {device_type} generator does not use an offset"):
         generator.set_offset(123)
-    with pytest.raises(RuntimeError, match="does not use offset"):
+    with pytest.raises(RuntimeError, match=f"the {device_type} generator does not use an offset"):
         generator.get_offset()
 
 
