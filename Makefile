@@ -145,12 +145,14 @@ test-tsan: deps
 # Python thread); the Trainium run's output follows the cpu run's. Run outside the checkout, so
 # that the installed package is what is tested. Each run is an emulated Trainium machine of its
 # own (bridge/tests/conftest.py sets NEURON_EMU_INSTANCE_ID), so runs beside it never take its
-# NeuronCores; a backend that cannot be opened fails the run, it is never skipped.
+# NeuronCores; a backend that cannot be opened fails the run, it is never skipped. Tests marked
+# own_backend start processes on a backend of their choosing, whatever the run's, so they run once,
+# in the cpu run.
 # Inductor compiles in the test process (no pool of compile workers beside two test runs).
 BRIDGE_PYTEST := TORCHINDUCTOR_COMPILE_THREADS=1 $(PYTHON) -m pytest -q -p no:cacheprovider $(CURDIR)/bridge/tests
 test-bridge: bridge
 	@mkdir -p $(TESTLOGS)/bridge-trainium; log=$(CURDIR)/$(TESTLOGS)/bridge-trainium/pytest.log; \
-	(cd /tmp && TORCH_HAL_BACKEND=trainium $(BRIDGE_PYTEST) \
+	(cd /tmp && TORCH_HAL_BACKEND=trainium $(BRIDGE_PYTEST) -m 'not own_backend' \
 	  --junitxml=$(CURDIR)/$(TESTLOGS)/bridge-trainium/test.xml > $$log 2>&1) & trn=$$!; \
 	echo "== bridge tests on cpu (on trainium beside it: $(TESTLOGS)/bridge-trainium/pytest.log)"; \
 	cd /tmp && $(BRIDGE_PYTEST) --junitxml=$(CURDIR)/$(TESTLOGS)/bridge-cpu/test.xml; rc1=$$?; \

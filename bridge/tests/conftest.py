@@ -46,6 +46,11 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "openreg(file, *cases): the cases of PyTorch's out-of-tree backend suite "
         "(OpenReg) a test stands for (test_openreg_generic.py)")
+    config.addinivalue_line(
+        "markers", "own_backend: the test starts processes on a backend it chooses itself, "
+        "whatever TORCH_HAL_BACKEND this run has; it is the same test in every run, so "
+        "`make test-bridge` runs it once (in the cpu run: the trainium run passes "
+        "-m 'not own_backend')")
 
 
 def pytest_unconfigure(config):

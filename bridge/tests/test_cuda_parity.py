@@ -290,9 +290,10 @@ _COUNT_WARNINGS = textwrap.dedent("""
 """)
 
 
+@pytest.mark.own_backend
 @pytest.mark.parametrize("chosen_by_path", [False, True])
 def test_bundled_emulator_warns_once(tmp_path, chosen_by_path):
-    """Runs in every backend's test run: it starts its own Trainium process."""
+    """It starts its own Trainium process, whatever the run's backend."""
     env = {key: val for key, val in os.environ.items()
            if not key.startswith(("HAL_NEURON", "NEURON_EMU"))}
     env.update(TORCH_HAL_BACKEND="trainium", NEURON_EMU_LOCK_DIR=str(tmp_path))

@@ -67,6 +67,7 @@ def test_error_messages_name_the_backend(device_type, backend, devmod):
         torch.empty(1 << 60, dtype=torch.uint8, device=device_type)
 
 
+@pytest.mark.own_backend
 def test_failed_backend_keeps_import_torch_working(tmp_path):
     code = textwrap.dedent("""
         import warnings

@@ -4,7 +4,8 @@ In-process tests use the backend the test run loaded (TORCH_HAL_BACKEND). The mu
 tests start their own ranks (2 processes, environment as torchrun sets it, or torchrun itself)
 on the cpu backend, and the *_trainium tests on the Trainium backend over the bundled libnrt
 emulator (each rank claims its own NeuronCore; the emulator's core locks live in a directory of
-the test, so they never collide with cores this process holds).
+the test, so they never collide with cores this process holds). The multi-process tests are
+marked own_backend: they are the same whatever backend the run loaded.
 """
 
 import datetime
@@ -167,24 +168,29 @@ def test_cpu_and_device_backends_together(device_type):
 
 # ---- Two processes, cpu backend ----------------------------------------------------------------------
 
+@pytest.mark.own_backend
 def test_collectives_two_ranks(tmp_path):
     check_ok(launch("collectives", tmp_path), COLLECTIVE_CHECKS)
 
 
+@pytest.mark.own_backend
 def test_ddp_step_matches_cpu(tmp_path):
     check_ok(launch("ddp", tmp_path), ["default_backend", "ddp_matches_cpu"])
 
 
+@pytest.mark.own_backend
 def test_device_of_local_rank(tmp_path):
     check_ok(launch("local_rank_device", tmp_path), ["local_rank_device"])
 
 
+@pytest.mark.own_backend
 def test_killed_peer_raises_within_timeout(tmp_path):
     results = launch("dead_peer", tmp_path, extra_env={"TEST_TIMEOUT_S": "5"}, timeout=90)
     check_ok(results, ["dead_peer"], ranks=[0])
     assert "HAL_ERROR_REMOTE" in results[0][1] or "HAL_ERROR_TIMEOUT" in results[0][1]
 
 
+@pytest.mark.own_backend
 def test_stuck_peer_times_out(tmp_path):
     results = launch("stuck_peer", tmp_path, extra_env={"TEST_TIMEOUT_S": "4"}, timeout=90)
     check_ok(results, ["stuck_peer"], ranks=[0])
@@ -192,6 +198,7 @@ def test_stuck_peer_times_out(tmp_path):
 
 # ---- The example: losses on the device equal the CPU's ---------------------------------------------
 
+@pytest.mark.own_backend
 @pytest.mark.skipif(not os.path.exists(TRAIN), reason="examples/ is not next to bridge/")
 def test_example_loss_alignment_and_resume(tmp_path):
     def run(device, log, *extra):
@@ -240,6 +247,7 @@ def check_collective_path(path, log):
         assert "is global device" not in log, log
 
 
+@pytest.mark.own_backend
 @pytest.mark.parametrize("path", sorted(COLLECTIVE_PATHS))
 def test_collectives_two_ranks_trainium(tmp_path, path):
     need_emulator()
@@ -255,6 +263,7 @@ def test_collectives_two_ranks_trainium(tmp_path, path):
     check_collective_path(path, proc.stdout + proc.stderr)
 
 
+@pytest.mark.own_backend
 @pytest.mark.parametrize("path", sorted(COLLECTIVE_PATHS))
 def test_ddp_step_matches_cpu_trainium(tmp_path, path):
     need_emulator()
@@ -264,6 +273,7 @@ def test_ddp_step_matches_cpu_trainium(tmp_path, path):
         check_collective_path(path, out + err)
 
 
+@pytest.mark.own_backend
 def test_neuron_cores_claimed_per_local_rank(tmp_path):
     need_emulator()
     # The backend sets the runtime's variable in the C environment (os.environ is a copy taken at
@@ -283,6 +293,7 @@ def test_neuron_cores_claimed_per_local_rank(tmp_path):
     assert out.stdout.split() == ["True", "2-3", "32"], out.stdout + out.stderr
 
 
+@pytest.mark.own_backend
 def test_device_of_local_rank_trainium(tmp_path):
     # Under torchrun, each rank's NeuronCore is torch.device("neuron", LOCAL_RANK), and the other
     # rank's is refused, naming its local rank.
@@ -296,6 +307,7 @@ def test_device_of_local_rank_trainium(tmp_path):
             assert f"OK {name}" in reported, (rank, name, proc.stdout, proc.stderr)
 
 
+@pytest.mark.own_backend
 def test_launcher_does_not_open_a_backend_with_exclusive_devices(tmp_path):
     # torchrun's launcher imports torch but uses no device: a backend whose devices belong to one
     # process each (HAL_BACKEND_FLAG_EXCLUSIVE_DEVICES, read with hal_backend_probe) stays
