@@ -30,11 +30,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include "bench/bench_coll.h"
 #include "bench/bench_parts.h"
+#include "bench/bench_results.h"
 #include "bench/bench_util.h"
 #include "bench/coll_common.h"
 #include "hal/hal.h"
@@ -42,6 +42,7 @@
 /* ---- options (see bench_coll_option) ------------------------------------------------------ */
 
 bool opt_no_peers;
+bool opt_no_cross_host;
 static char opt_peer_dir[PATH_MAX];
 int opt_ranks[MAX_RANK_COUNTS] = { 2, 4 };
 int opt_nranks_counts = 2;
@@ -50,6 +51,10 @@ int bench_coll_option(const char *arg)
 {
     if (strcmp(arg, "--no-peers") == 0) {
         opt_no_peers = true;
+        return 1;
+    }
+    if (strcmp(arg, "--no-cross-host") == 0) {
+        opt_no_cross_host = true;
         return 1;
     }
     if (strncmp(arg, "--peer-dir=", 11) == 0) {
@@ -179,78 +184,6 @@ static void measure_memcpy(size_t bytes, int reps, double *samples, int *n)
     free(b);
 }
 
-/* ==== machine load (children included) ======================================================= */
-
-typedef struct coll_load {
-    bool ok;
-    uint64_t wall_ns;
-    double busy_s, steal_s, ours_s;
-} coll_load_t;
-
-static bool read_stat(double *busy_s, double *steal_s)
-{
-    FILE *f = fopen("/proc/stat", "r");
-    if (!f)
-        return false;
-    unsigned long long v[8] = { 0 };
-    int n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
-                   &v[4], &v[5], &v[6], &v[7]);
-    fclose(f);
-    long hz = sysconf(_SC_CLK_TCK);
-    if (n < 8 || hz <= 0)
-        return false;
-    *busy_s = (double)(v[0] + v[1] + v[2] + v[5] + v[6]) / (double)hz;
-    *steal_s = (double)v[7] / (double)hz;
-    return true;
-}
-
-/* CPU time of this process and of every process it started and reaped. */
-static double ours_cpu_s(void)
-{
-    double s = 0.0;
-    int who[2] = { RUSAGE_SELF, RUSAGE_CHILDREN };
-    for (int i = 0; i < 2; i++) {
-        struct rusage ru;
-        if (getrusage(who[i], &ru) == 0)
-            s += (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
-                 (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
-    }
-    return s;
-}
-
-static void load_begin(coll_load_t *l)
-{
-    l->wall_ns = bench_now_ns();
-    l->ours_s = ours_cpu_s();
-    l->ok = read_stat(&l->busy_s, &l->steal_s);
-}
-
-static void load_report(const coll_load_t *l)
-{
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    double busy, steal;
-    if (!l->ok || cpus <= 0 || !read_stat(&busy, &steal)) {
-        printf("  machine: load not measurable (no /proc/stat)\n");
-        return;
-    }
-    double wall = (double)(bench_now_ns() - l->wall_ns) / 1e9;
-    double ours = ours_cpu_s() - l->ours_s;
-    double other = busy - l->busy_s - ours;
-    if (other < 0.0)
-        other = 0.0;
-    double stolen = steal - l->steal_s;
-    double share = wall > 0.0 ? (other + stolen) / (wall * (double)cpus) : 0.0;
-    printf("  machine: %ld CPUs; during these %.1f s this benchmark and its processes used %.1f "
-           "CPU-s, other processes %.1f and the hypervisor (steal) %.1f",
-           cpus, wall, ours, other, stolen);
-    if (share > 0.05)
-        printf("\n  WARNING: %.0f%% of the machine went elsewhere; the figures are likely low and "
-               "noisy: rerun on a quiet machine\n",
-               share * 100.0);
-    else
-        printf(" (quiet)\n");
-}
-
 /* ==== the part =============================================================================== */
 
 static void print_plan(const coll_plan_t *plan)
@@ -278,8 +211,15 @@ static bool libnrt_is_emulator(void)
     return emulator;
 }
 
-/* The sides measured: every backend as it is, and the trainium backend once more with its native
- * collectives off (unless they are off already), so that both paths are measured in one run. */
+/* The label of the cpu backend's side whose ranks are on two simulated hosts. */
+#define CROSS_HOST_LABEL "tcp, 2 simulated hosts"
+
+/* The sides measured: every backend as it is; the trainium backend once more with its native
+ * collectives off (unless they are off already), so that both paths are measured in one run;
+ * the cpu backend once more across two simulated hosts (unless --no-cross-host): the engine's
+ * shared-memory path disabled, so every rank talks to the others over TCP on loopback, as ranks
+ * on different hosts do (the engine takes TCP for the whole communicator as soon as one peer is
+ * on another host, so 2 hosts of 2 ranks at 4 processes run exactly this way too). */
 static int make_sides(const char *const *backends, int nbackends, hal_side_t *sides)
 {
     const char *env = getenv("HAL_NEURON_NATIVE_COLLECTIVES");
@@ -287,15 +227,32 @@ static int make_sides(const char *const *backends, int nbackends, hal_side_t *si
     int n = 0;
     for (int b = 0; b < nbackends && n < MAX_SIDES; b++) {
         bool trainium = strstr(backends[b], "trainium") != NULL;
+        bool native = trainium && !native_off;
         sides[n] = (hal_side_t){ .backend = backends[b],
-                                 .label = trainium && !native_off ? "native collectives" : "",
+                                 .label = native ? "native collectives" : "",
+                                 .implementation = native ? "hal native" : "hal",
+                                 .hosts = 1,
                                  .targets = true,
                                  .twin = -1 };
         n++;
-        if (trainium && !native_off && n < MAX_SIDES) {
+        if (native && n < MAX_SIDES) {
             sides[n] = (hal_side_t){ .backend = backends[b],
                                      .env = "HAL_NEURON_NATIVE_COLLECTIVES=0",
                                      .label = "host-staged",
+                                     .implementation = "hal host-staged",
+                                     .hosts = 1,
+                                     .targets = false,
+                                     .twin = n - 1 };
+            sides[n - 1].twin = n;
+            n++;
+        }
+        if (strcmp(backends[b], "cpu") == 0 && !opt_no_cross_host && n < MAX_SIDES) {
+            sides[n] = (hal_side_t){ .backend = backends[b],
+                                     .env = "HAL_COMM_SHM_DISABLE=1",
+                                     .label = CROSS_HOST_LABEL,
+                                     .implementation = "hal",
+                                     .hosts = 2,
+                                     .transport = "tcp",
                                      .targets = false,
                                      .twin = n - 1 };
             sides[n - 1].twin = n;
@@ -345,8 +302,8 @@ int bench_coll_run(const bench_options_t *opts, const char *const *backends, int
     }
     find_peers(&d);
 
-    coll_load_t load;
-    load_begin(&load);
+    bench_load_t load;
+    bench_load_begin_for(&load, NULL, true); /* the rank and peer processes are ours */
     printf("== hal-bench coll: float32 sum, out of place, ranks as processes on this host, one "
            "device and stream per rank; %s run\n",
            opts->quick ? "quick (indicative figures only)" : "full");
@@ -462,8 +419,15 @@ int bench_coll_run(const bench_options_t *opts, const char *const *backends, int
     for (int b = 0; b < nsides; b++) {
         if (sides[b].twin <= b)
             continue;
-        printf("\n== %s: native collectives against host-staged, same run\n", sides[b].backend);
-        if (emulator)
+        const hal_side_t *twin = &sides[sides[b].twin];
+        printf("\n== %s: %s against %s, same run\n", sides[b].backend,
+               sides[b].label[0] ? sides[b].label : "one host (shared memory)", twin->label);
+        if (twin->hosts > 1)
+            printf("   %s: every rank talks to the others over TCP on loopback, the shared-memory "
+                   "path disabled (HAL_COMM_SHM_DISABLE=1), as ranks on two hosts do; the "
+                   "cross-host path's cost on one machine, without a network's latency\n",
+                   twin->label);
+        if (emulator && strstr(sides[b].backend, "trainium") != NULL)
             printf("   on the libnrt emulator (HAL_NEURON_LIBNRT): its collectives move data "
                    "through sockets and reduce on the host, so these figures measure the "
                    "plumbing (control messages, runtime calls, staging), not NeuronLink or "
@@ -477,8 +441,12 @@ int bench_coll_run(const bench_options_t *opts, const char *const *backends, int
             }
         }
     }
+    record_figures(sides, nsides);
+    bench_figure_simple(NULL, "memcpy (1 thread)", big, "memcpy", memcpy_gbs, "GB/s", "median");
+    bench_figure_simple(NULL, "memcpy (1 thread)", big, "memcpy", memcpy_lo, "GB/s", "min");
+    bench_figure_simple(NULL, "memcpy (1 thread)", big, "memcpy", memcpy_hi, "GB/s", "max");
     printf("\n");
-    load_report(&load);
+    bench_load_report(&load);
     fflush(stdout);
     bench_progress("coll part took %.1f s", (double)(bench_now_ns() - t_start) / 1e9);
     return rc;

@@ -37,6 +37,7 @@
 /* ---- options (bench_coll.c, see bench_coll_option) ----------------------------------------- */
 
 extern bool opt_no_peers;
+extern bool opt_no_cross_host;
 extern int opt_ranks[MAX_RANK_COUNTS];
 extern int opt_nranks_counts;
 
@@ -86,14 +87,18 @@ typedef struct driver {
 
 /* One side of the HAL measured: a backend, and what its rank processes get in their
  * environment besides (the trainium backend is measured twice: with its native collectives, and
- * host-staged with HAL_NEURON_NATIVE_COLLECTIVES=0). */
+ * host-staged with HAL_NEURON_NATIVE_COLLECTIVES=0; the cpu backend once more with its ranks on
+ * two simulated hosts: HAL_COMM_SHM_DISABLE=1, TCP on loopback). */
 #define MAX_SIDES 8
 typedef struct hal_side {
     const char *backend;
-    const char *env;   /* "NAME=value" for the ranks, or NULL */
-    const char *label; /* "" for a backend as it is, else what the side changes */
-    bool targets;      /* the part's targets are evaluated on this side */
-    int twin;          /* the side of the same backend measured the other way, or -1 */
+    const char *env;            /* "NAME=value" for the ranks, or NULL */
+    const char *label;          /* "" for a backend as it is, else what the side changes */
+    const char *implementation; /* in the results file: "hal", "hal native", "hal host-staged" */
+    int hosts;                  /* hosts the ranks are on: 1, or 2 simulated */
+    const char *transport;      /* with 2 simulated hosts: "tcp" */
+    bool targets;               /* the part's targets are evaluated on this side */
+    int twin;                   /* the side of the same backend measured the other way, or -1 */
 } hal_side_t;
 
 /* Run one job of the HAL's rank processes (side sides[bidx]), of Open MPI's peer or of
@@ -150,6 +155,8 @@ void print_latency(int bidx, int n, const coll_plan_t *plan);
 /* busbw of side `a` next to side `b` (the same backend measured both ways), per size. */
 void print_sides(const hal_side_t *sides, int a, int b, int n, coll_kind_t kind,
                  const coll_plan_t *plan);
+/* Records every merged result (time, algbw, busbw, wrong elements) for the results file. */
+void record_figures(const hal_side_t *sides, int nsides);
 /* Records the part's targets for backend backends[bidx]. */
 void add_targets(const driver_t *d, const char *backend, int bidx, double memcpy_gbs,
                  bench_targets_t *targets);

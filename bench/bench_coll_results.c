@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "bench/bench_coll.h"
+#include "bench/bench_results.h"
 #include "bench/bench_util.h"
 #include "bench/coll_common.h"
 
@@ -274,8 +275,8 @@ void print_sides(const hal_side_t *sides, int a, int b, int n, coll_kind_t kind,
 {
     bench_table_t t;
     char head_a[64], head_b[64];
-    snprintf(head_a, sizeof(head_a), "%s", sides[a].label[0] ? sides[a].label : "as it is");
-    snprintf(head_b, sizeof(head_b), "%s", sides[b].label[0] ? sides[b].label : "as it is");
+    snprintf(head_a, sizeof(head_a), "%s", sides[a].label[0] ? sides[a].label : "one host");
+    snprintf(head_b, sizeof(head_b), "%s", sides[b].label[0] ? sides[b].label : "one host");
     bench_table_init(&t, "busbw GB/s", head_a, head_b, NULL);
     snprintf(t.head[t.ncols++], BENCH_TABLE_CELL_MAX, "ratio");
     for (int s = 0; s < plan->nsteps; s++) {
@@ -318,6 +319,58 @@ void print_latency(int bidx, int n, const coll_plan_t *plan)
     printf("\n");
 }
 
+/* ==== the results file ======================================================================= */
+
+void record_figures(const hal_side_t *sides, int nsides)
+{
+    for (int i = 0; i < nresults; i++) {
+        const result_t *r = &results[i];
+        bench_figure_t f = { .ranks = r->nranks, .bytes = r->bytes };
+        snprintf(f.collective, sizeof(f.collective), "%s", coll_kind_names[r->kind]);
+        const hal_side_t *side = NULL;
+        if (r->source == SRC_MPI) {
+            snprintf(f.implementation, sizeof(f.implementation), "Open MPI");
+        } else if (r->source == SRC_GLOO) {
+            snprintf(f.implementation, sizeof(f.implementation), "Gloo");
+            snprintf(f.algorithm, sizeof(f.algorithm), "%s", r->algo);
+        } else if (r->source - SRC_HAL < nsides) {
+            side = &sides[r->source - SRC_HAL];
+            snprintf(f.backend, sizeof(f.backend), "%s", side->backend);
+            snprintf(f.implementation, sizeof(f.implementation), "%s", side->implementation);
+            snprintf(f.transport, sizeof(f.transport), "%s",
+                     side->transport ? side->transport : "");
+            f.hosts = side->hosts;
+        } else {
+            continue;
+        }
+        const struct {
+            const char *measurement;
+            double value;
+            const char *unit, *statistic;
+        } values[] = {
+            { "time", r->time_us, "us", "median" },
+            { "algbw", algbw_of(r), "GB/s", "median" },
+            { "busbw", busbw_of(r), "GB/s", "median" },
+            { "wrong elements", (double)r->wrong, "elements", "sum" },
+        };
+        for (size_t v = 0; v < sizeof(values) / sizeof(values[0]); v++) {
+            snprintf(f.measurement, sizeof(f.measurement), "%s", values[v].measurement);
+            f.value = values[v].value;
+            snprintf(f.unit, sizeof(f.unit), "%s", values[v].unit);
+            snprintf(f.statistic, sizeof(f.statistic), "%s", values[v].statistic);
+            bench_figure_add(&f);
+        }
+        const result_t *best = side ? best_peer(r->nranks, r->kind, r->bytes) : NULL;
+        if (best && busbw_of(best) > 0.0) {
+            snprintf(f.measurement, sizeof(f.measurement), "busbw / best peer's");
+            f.value = busbw_of(r) / busbw_of(best);
+            snprintf(f.unit, sizeof(f.unit), "x");
+            snprintf(f.statistic, sizeof(f.statistic), "median");
+            bench_figure_add(&f);
+        }
+    }
+}
+
 /* ==== targets ================================================================================ */
 
 void add_targets(const driver_t *d, const char *backend, int bidx, double memcpy_gbs,
@@ -358,6 +411,9 @@ void add_targets(const driver_t *d, const char *backend, int bidx, double memcpy
         bench_target_add(targets, v, detail,
                          "%s: %d procs: allreduce busbw at %s >= %.1fx best peer", backend, n,
                          size_str(bytes), TARGET_PEER_RATIO);
+        if (ours && best)
+            bench_target_values(targets, busbw_of(ours) / busbw_of(best), ">=", TARGET_PEER_RATIO,
+                                "x");
     }
 
     {
@@ -378,6 +434,8 @@ void add_targets(const driver_t *d, const char *backend, int bidx, double memcpy
         }
         bench_target_add(targets, v, detail, "%s: %d procs: allreduce %s latency <= Open MPI's",
                          backend, n, size_str(bytes));
+        if (ours && mpi && !mpi->wrong)
+            bench_target_values(targets, ours->time_us, "<=", mpi->time_us, "us");
     }
 
     {
@@ -396,5 +454,8 @@ void add_targets(const driver_t *d, const char *backend, int bidx, double memcpy
         bench_target_add(targets, v, detail,
                          "%s: %d procs: allreduce busbw at %s >= %.1fx memcpy (1 thread)", backend,
                          n, size_str(bytes), TARGET_MEMCPY_RATIO);
+        if (ours && memcpy_gbs > 0.0)
+            bench_target_values(targets, busbw_of(ours) / memcpy_gbs, ">=", TARGET_MEMCPY_RATIO,
+                                "x");
     }
 }

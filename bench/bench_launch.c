@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "bench/bench_parts.h"
+#include "bench/bench_results.h"
 #include "bench/bench_util.h"
 
 #define ENQUEUE_TARGET_US    1.0
@@ -205,13 +206,32 @@ static int run_backend(const char *name, const bench_options_t *opts, bench_targ
     }
     bench_table_print(&t);
     printf("\n");
+    bench_figure_simple(name, "enqueue empty kernel", 0, "hal", k_enq, "us", "median");
+    bench_figure_simple(name, "enqueue memset 1 B", 0, "hal", m_enq, "us", "median");
+    for (int i = 0; i < 2; i++) {
+        char measurement[48];
+        snprintf(measurement, sizeof(measurement), "round trip %s", rows[i].what);
+        const struct {
+            const char *statistic;
+            double value;
+        } stats[] = { { "min", rows[i].s->min },
+                      { "p50", rows[i].s->p50 },
+                      { "p90", rows[i].s->p90 },
+                      { "p99", rows[i].s->p99 },
+                      { "max", rows[i].s->max } };
+        for (size_t k = 0; k < sizeof(stats) / sizeof(stats[0]); k++)
+            bench_figure_simple(name, measurement, 0, "hal", stats[k].value, "us",
+                                stats[k].statistic);
+    }
     char detail[64];
     snprintf(detail, sizeof(detail), "%.3f us, memset %.3f us", k_enq, m_enq);
     bench_target_add(targets, k_enq <= ENQUEUE_TARGET_US ? BENCH_MET : BENCH_MISSED, detail,
                      "%s: launch enqueue <= %.0f us", name, ENQUEUE_TARGET_US);
+    bench_target_values(targets, k_enq, "<=", ENQUEUE_TARGET_US, "us");
     snprintf(detail, sizeof(detail), "p50 %.2f us, memset %.2f us", k.p50, m.p50);
     bench_target_add(targets, k.p50 <= ROUND_TRIP_TARGET_US ? BENCH_MET : BENCH_MISSED, detail,
                      "%s: launch round trip p50 <= %.0f us", name, ROUND_TRIP_TARGET_US);
+    bench_target_values(targets, k.p50, "<=", ROUND_TRIP_TARGET_US, "us");
     rc = 0;
 out:
     if (rc != 0) {

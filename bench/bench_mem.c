@@ -66,7 +66,7 @@ static int run_backend(const char *name, const bench_options_t *opts, bench_targ
     uint64_t t0 = bench_now_ns();
     int first_target = targets->count;
     bench_load_t load;
-    bench_load_begin(&load);
+    bench_load_begin_for(&load, name, false);
 
     BENCH_HAL_CHECK_GOTO(hal_backend_open(name, &env.backend), out_fail);
     BENCH_HAL_CHECK_GOTO(hal_device_get(env.backend, 0, &env.device), out_close);

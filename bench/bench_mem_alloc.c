@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "bench/bench_mem.h"
+#include "bench/bench_results.h"
 #include "bench/bench_util.h"
 #include "hal/hal.h"
 
@@ -152,14 +153,21 @@ int bench_allocator(mem_env_t *env)
             bench_progress("[%s]     note: %llu segment allocations during the timed %s loops "
                            "(not all cache hits)",
                            env->name, (unsigned long long)segments, size_str(n));
+        bench_figure_simple(env->name, "allocator pair", n, "hal", hal, "ns", "median");
+        bench_figure_simple(env->name, "allocator pair", n, "malloc", mal, "ns", "median");
+        if (allocs)
+            bench_figure_simple(env->name, "allocator cache hits", n, "hal",
+                                100.0 * (double)hits / (double)allocs, "%", "total");
         char detail[64];
         snprintf(detail, sizeof(detail), "%.1f ns", hal);
         bench_target_add(env->targets, met_abs ? BENCH_MET : BENCH_MISSED, detail,
                          "%s: allocator %s pair <= %.0f ns", env->name, size_str(n),
                          ALLOC_TARGET_NS);
+        bench_target_values(env->targets, hal, "<=", ALLOC_TARGET_NS, "ns");
         snprintf(detail, sizeof(detail), "%.1f vs %.1f ns", hal, mal);
         bench_target_add(env->targets, met_rel ? BENCH_MET : BENCH_MISSED, detail,
                          "%s: allocator %s pair faster than malloc+free", env->name, size_str(n));
+        bench_target_values(env->targets, hal, "<", mal, "ns");
     }
     bench_table_print(&t);
     rc = 0;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "bench/bench_mem.h"
+#include "bench/bench_results.h"
 #include "bench/bench_util.h"
 #include "hal/hal.h"
 
@@ -105,8 +106,17 @@ static int measure_copy(mem_env_t *env, copy_ctx_t *c, copy_figures_t *f)
     return 0;
 }
 
-static void copy_row(bench_table_t *t, const char *what, size_t n, const copy_figures_t *f)
+/* A row of the table, and its figures for the results file. */
+static void copy_row(mem_env_t *env, bench_table_t *t, const char *what, size_t n,
+                     const copy_figures_t *f)
 {
+    char measurement[48];
+    snprintf(measurement, sizeof(measurement), "copy %s", what);
+    bench_figure_simple(env->name, measurement, n, "hal", f->hal_gbps, "GB/s", "median");
+    bench_figure_simple(env->name, measurement, n, "memcpy", f->plain_gbps, "GB/s", "median");
+    bench_figure_simple(env->name, measurement, n, "hal", f->ratio, "x", "median ratio");
+    bench_figure_simple(env->name, measurement, n, "hal", f->rmin, "x", "min ratio");
+    bench_figure_simple(env->name, measurement, n, "hal", f->rmax, "x", "max ratio");
     int row = bench_table_row(t);
     bench_table_cell(t, row, 0, "%s", size_str(n));
     bench_table_cell(t, row, 1, "%s", what);
@@ -158,7 +168,7 @@ static int copy_host_addressable(mem_env_t *env, bench_table_t *t, size_t *done)
                     size_str(n));
             goto out;
         }
-        copy_row(t, "device to device", n, &f);
+        copy_row(env, t, "device to device", n, &f);
         int row = t->nrows - 1;
         if (n >= COPY_TARGET_FROM) {
             bool met = f.ratio >= COPY_TARGET_RATIO;
@@ -169,6 +179,7 @@ static int copy_host_addressable(mem_env_t *env, bench_table_t *t, size_t *done)
             bench_target_add(env->targets, met ? BENCH_MET : BENCH_MISSED, detail,
                              "%s: copy %s HAL/memcpy >= %.2fx", env->name, size_str(n),
                              COPY_TARGET_RATIO);
+            bench_target_values(env->targets, f.ratio, ">=", COPY_TARGET_RATIO, "x");
         } else {
             bench_table_cell(t, row, 8, "(none)");
         }
@@ -224,7 +235,7 @@ static int copy_staged(mem_env_t *env, bench_table_t *t, size_t *done)
             bench_progress("[%s]     copy %s %s", env->name, size_str(n), what[d]);
             if (measure_copy(env, &c, &f) != 0)
                 goto out;
-            copy_row(t, what[d], n, &f);
+            copy_row(env, t, what[d], n, &f);
             bench_table_cell(t, t->nrows - 1, 8, "(none)");
         }
     }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "bench/bench_mem.h"
+#include "bench/bench_results.h"
 #include "bench/bench_util.h"
 #include "hal/hal.h"
 
@@ -58,6 +59,14 @@ int bench_latency(mem_env_t *env)
     bench_table_cell(&t, row, 6, "%.2f", s.max);
     bench_table_cell(&t, row, 7, "%.2f", s.mean);
     bench_table_print(&t);
+    const struct {
+        const char *statistic;
+        double value;
+    } stats[] = { { "min", s.min },    { "p50", s.p50 }, { "p90", s.p90 },  { "p99", s.p99 },
+                  { "p99.9", s.p999 }, { "max", s.max }, { "mean", s.mean } };
+    for (size_t i = 0; i < COUNT_OF(stats); i++)
+        bench_figure_simple(env->name, "stream round trip (memset 1 B + sync)", 0, "hal",
+                            stats[i].value, "us", stats[i].statistic);
     bool met = s.p50 <= LATENCY_TARGET_US;
     printf("  p50 %.2f us, p99 %.2f us; target p50 <= %.0f us: %s\n", s.p50, s.p99,
            LATENCY_TARGET_US, met ? "met" : "MISSED");
@@ -66,6 +75,7 @@ int bench_latency(mem_env_t *env)
     bench_target_add(env->targets, met ? BENCH_MET : BENCH_MISSED, detail,
                      "%s: stream enqueue-to-completion p50 <= %.0f us", env->name,
                      LATENCY_TARGET_US);
+    bench_target_values(env->targets, s.p50, "<=", LATENCY_TARGET_US, "us");
     rc = 0;
 out:
     if (rc != 0)

@@ -2,6 +2,8 @@
 /* hal-bench: timing, statistics, tables and targets. */
 #include "bench/bench_util.h"
 
+#include "bench/bench_results.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,21 +57,33 @@ static bool read_proc_stat(double *busy_s, double *steal_s)
     return true;
 }
 
-static double self_cpu_s(void)
+/* CPU time of this process and, with_children, of every process it started and reaped. */
+static double own_cpu_s(bool with_children)
 {
-    struct rusage ru;
-    if (getrusage(RUSAGE_SELF, &ru) != 0)
-        return 0.0;
-    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
-           (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+    double s = 0.0;
+    int who[2] = { RUSAGE_SELF, RUSAGE_CHILDREN };
+    for (int i = 0; i < (with_children ? 2 : 1); i++) {
+        struct rusage ru;
+        if (getrusage(who[i], &ru) == 0)
+            s += (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+                 (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+    }
+    return s;
+}
+
+void bench_load_begin_for(bench_load_t *load, const char *backend, bool with_children)
+{
+    memset(load, 0, sizeof(*load));
+    load->with_children = with_children;
+    snprintf(load->backend, sizeof(load->backend), "%s", backend ? backend : "");
+    load->wall_ns = bench_now_ns();
+    load->self_s = own_cpu_s(with_children);
+    load->ok = read_proc_stat(&load->busy_s, &load->steal_s);
 }
 
 void bench_load_begin(bench_load_t *load)
 {
-    memset(load, 0, sizeof(*load));
-    load->wall_ns = bench_now_ns();
-    load->self_s = self_cpu_s();
-    load->ok = read_proc_stat(&load->busy_s, &load->steal_s);
+    bench_load_begin_for(load, NULL, false);
 }
 
 void bench_load_report(const bench_load_t *load)
@@ -82,21 +96,24 @@ void bench_load_report(const bench_load_t *load)
     }
     double wall = (double)(bench_now_ns() - load->wall_ns) / 1e9;
     double capacity = wall * (double)cpus;
-    double self = self_cpu_s() - load->self_s;
+    double self = own_cpu_s(load->with_children) - load->self_s;
     double other = (busy - load->busy_s) - self;
     if (other < 0.0)
         other = 0.0;
     double stolen = steal - load->steal_s;
     double share = capacity > 0.0 ? (other + stolen) / capacity : 0.0;
-    printf("  machine: %ld CPUs; during these %.1f s this process used %.1f CPU-s, other processes "
+    printf("  machine: %ld CPUs; during these %.1f s %s %.1f CPU-s, other processes "
            "%.1f and the hypervisor (steal) %.1f",
-           cpus, wall, self, other, stolen);
-    if (share > 0.05)
+           cpus, wall,
+           load->with_children ? "this benchmark and its processes used" : "this process used",
+           self, other, stolen);
+    if (share > BENCH_LOAD_QUIET_SHARE)
         printf("\n  WARNING: %.0f%% of the machine went elsewhere; the figures are likely low and "
                "noisy: rerun on a quiet machine\n",
                share * 100.0);
     else
         printf(" (quiet)\n");
+    bench_results_machine(load->backend, cpus, wall, self, other, stolen, load->with_children);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -236,6 +253,20 @@ void bench_target_add(bench_targets_t *list, bench_verdict_t verdict, const char
     va_end(ap);
     snprintf(t->detail, sizeof(t->detail), "%s", detail ? detail : "");
     t->verdict = verdict;
+    t->has_values = false;
+}
+
+void bench_target_values(bench_targets_t *list, double measured, const char *relation,
+                         double threshold, const char *unit)
+{
+    if (list->count == 0)
+        return;
+    bench_target_t *t = &list->t[list->count - 1];
+    t->has_values = true;
+    t->measured = measured;
+    t->threshold = threshold;
+    snprintf(t->relation, sizeof(t->relation), "%s", relation);
+    snprintf(t->unit, sizeof(t->unit), "%s", unit);
 }
 
 const char *bench_verdict_string(bench_verdict_t verdict)

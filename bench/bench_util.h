@@ -40,18 +40,29 @@ uint64_t bench_calibrate(bench_loop_fn loop, void *ctx, uint64_t target_ns, uint
  * a part measures how much CPU time they took during its run and prints it with the results. */
 
 typedef struct bench_load {
-    bool ok;          /* /proc/stat was readable */
-    uint64_t wall_ns; /* bench_now_ns() at the start */
-    double busy_s;    /* CPU time of all processes (user, system, irq) at the start */
-    double steal_s;   /* time the hypervisor took from this machine's CPUs at the start */
-    double self_s;    /* CPU time of this process at the start */
+    bool ok;            /* /proc/stat was readable */
+    bool with_children; /* the processes this one started count as its own */
+    char backend[32];   /* what the figures measured ("" for several backends) */
+    uint64_t wall_ns;   /* bench_now_ns() at the start */
+    double busy_s;      /* CPU time of all processes (user, system, irq) at the start */
+    double steal_s;     /* time the hypervisor took from this machine's CPUs at the start */
+    double self_s;      /* CPU time of this process (and children) at the start */
 } bench_load_t;
 
-/* Takes the starting snapshot. */
+/* Above this share of the machine taken by others (other processes and steal), a machine line
+ * carries a warning and the run is not "quiet". */
+#define BENCH_LOAD_QUIET_SHARE 0.05
+
+/* Takes the starting snapshot for one backend's figures, this process's CPU time alone. */
 void bench_load_begin(bench_load_t *load);
 
+/* The same for `backend` (NULL: several) and, with with_children, counting the processes this
+ * one starts and reaps meanwhile (rank and peer processes) as this benchmark's own CPU time. */
+void bench_load_begin_for(bench_load_t *load, const char *backend, bool with_children);
+
 /* Prints "  machine: ..." lines: CPUs, and the share of them that other processes and the
- * hypervisor used since bench_load_begin, with a warning when it is high enough to matter. */
+ * hypervisor used since bench_load_begin, with a warning when it is high enough to matter; and
+ * records them for the results file (bench_results.h). */
 void bench_load_report(const bench_load_t *load);
 
 /* ---- statistics ---------------------------------------------------------------------------- */
@@ -117,9 +128,15 @@ typedef enum bench_verdict {
 #define BENCH_TARGET_DETAIL_MAX 96
 
 typedef struct bench_target {
-    char name[BENCH_TARGET_NAME_MAX];     /* "cpu: dispatch overhead <= 2 ns" */
+    char name[BENCH_TARGET_NAME_MAX];     /* "cpu: dispatch overhead <= 2 ns": the backend, ": ",
+                                             what is compared with what */
     char detail[BENCH_TARGET_DETAIL_MAX]; /* "0.84 ns" */
     bench_verdict_t verdict;
+    bool has_values;  /* measured and threshold were given (bench_target_values) */
+    double measured;  /* the figure the verdict was taken on */
+    double threshold; /* the bound it was compared with */
+    char unit[16];    /* of both: "ns", "us", "x" (a ratio), ... */
+    char relation[4]; /* measured <relation> threshold is met: "<=", "<", ">=" */
 } bench_target_t;
 
 typedef struct bench_targets {
@@ -130,6 +147,11 @@ typedef struct bench_targets {
 /* Records a target's outcome. name is printf-style. */
 void bench_target_add(bench_targets_t *list, bench_verdict_t verdict, const char *detail,
                       const char *name_fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* Attaches the numbers behind the verdict to the target added last: `measured` is met when
+ * `measured <relation> threshold` ("<=", "<", ">="), both in `unit`. */
+void bench_target_values(bench_targets_t *list, double measured, const char *relation,
+                         double threshold, const char *unit);
 
 /* "met" / "MISSED" / "MISSED (no result)" / "n/a". */
 const char *bench_verdict_string(bench_verdict_t verdict);

@@ -2,12 +2,14 @@
 /* hal-bench: benchmarks of the HAL with their targets.
  *
  *   hal_bench [--part=mem|launch|coll|all] [--backend=cpu[,other...]] [--quick] [--no-peers]
- *             [--peer-dir=DIR] [--ranks=2,4] [--help]
+ *             [--peer-dir=DIR] [--ranks=2,4] [--no-cross-host] [--json=FILE] [--commit=ID]
+ *             [--help]
  *
  * Every figure is measured in the same run as the baseline it is compared with. The output ends
- * with one "target: ... met|MISSED" line per target and "bench <part>: N/M targets met". The exit
+ * with one "target: ... met|MISSED" line per target and "bench <part>: N/M targets met"; with
+ * --json, every figure, target and machine line also goes to FILE (bench_results.h). The exit
  * status is 0 when every measurement completed (whether or not its target was met), 1 when a
- * measurement failed, 2 on a usage error. */
+ * measurement failed or the results file could not be written, 2 on a usage error. */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +17,7 @@
 #include <unistd.h>
 
 #include "bench/bench_parts.h"
+#include "bench/bench_results.h"
 #include "bench/bench_util.h"
 
 #define MAX_BACKENDS 8
@@ -44,7 +47,9 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: hal_bench [--part=NAME|all] [--backend=NAME[,NAME...]] [--quick] "
                "[--no-peers]\n"
-               "                 [--peer-dir=DIR] [--ranks=N[,N...]] [--help]\n"
+               "                 [--peer-dir=DIR] [--ranks=N[,N...]] [--no-cross-host] "
+               "[--json=FILE]\n"
+               "                 [--commit=ID] [--help]\n"
                "\n"
                "  --part=NAME      which benchmarks to run (default: all):\n");
     for (int i = 0; i < PART_COUNT; i++)
@@ -56,6 +61,10 @@ static void usage(FILE *f)
                "  --peer-dir=DIR   coll: where coll_peer_mpi and coll_peer_gloo are (default:\n"
                "                   this executable's directory)\n"
                "  --ranks=LIST     coll: process counts (default: 2,4)\n"
+               "  --no-cross-host  coll: skip the cpu backend's run across two simulated hosts\n"
+               "                   (TCP on loopback, shared memory disabled)\n"
+               "  --json=FILE      also write every figure, target and machine line to FILE\n"
+               "  --commit=ID      the source revision measured, recorded in the --json file\n"
                "  --help           this text\n"
                "\n"
                "Figures go to stdout, progress to stderr. Exit status: 0 when every measurement\n"
@@ -101,8 +110,24 @@ static void default_backend_path(const char *argv0, const char *const *backends,
     }
 }
 
+/* The command line as one string (arguments with spaces are not quoted: for reading only). */
+static const char *command_line(int argc, char **argv, char *buf, size_t size)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < argc && used < size; i++) {
+        int w = snprintf(buf + used, size - used, "%s%s", i ? " " : "", argv[i]);
+        if (w < 0)
+            break;
+        used += (size_t)w;
+    }
+    return buf;
+}
+
 int main(int argc, char **argv)
 {
+    static char command[2048], backends_given[512];
+    bench_run_info_t run_info = { 0 };
     if (argc > 1 && strcmp(argv[1], BENCH_COLL_RANK_ARG) == 0)
         return bench_coll_rank_main(argc, argv);
 
@@ -110,6 +135,7 @@ int main(int argc, char **argv)
     const char *part_arg = "all";
     int coll_opt;
     char backend_arg[512] = "cpu";
+    const char *json_path = NULL, *commit = NULL;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -121,6 +147,10 @@ int main(int argc, char **argv)
         } else if ((coll_opt = bench_coll_option(a)) != 0) {
             if (coll_opt < 0)
                 return 2;
+        } else if (strncmp(a, "--json=", 7) == 0 && a[7]) {
+            json_path = a + 7;
+        } else if (strncmp(a, "--commit=", 9) == 0) {
+            commit = a + 9;
         } else if (strncmp(a, "--part=", 7) == 0) {
             part_arg = a + 7;
         } else if (strncmp(a, "--backend=", 10) == 0) {
@@ -135,6 +165,9 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+
+    run_info.backends = backends_given; /* before strtok_r cuts backend_arg */
+    snprintf(backends_given, sizeof(backends_given), "%s", backend_arg);
 
     const char *backends[MAX_BACKENDS];
     int nbackends = 0;
@@ -177,10 +210,12 @@ int main(int argc, char **argv)
             continue;
         static bench_targets_t targets;
         memset(&targets, 0, sizeof(targets));
+        bench_results_begin_part(parts[i].name);
         if (parts[i].run(&opts, backends, nbackends, &targets) != 0)
             rc = 1;
         printf("\n");
         met_all += bench_targets_print(&targets, parts[i].name);
+        bench_results_targets(&targets, parts[i].name);
         for (int t = 0; t < targets.count; t++)
             counted_all += targets.t[t].verdict != BENCH_NA;
         parts_run++;
@@ -189,5 +224,15 @@ int main(int argc, char **argv)
         printf("bench all: %d/%d targets met\n", met_all, counted_all);
     if (rc != 0)
         fprintf(stderr, "hal-bench: some measurements failed (see the errors above)\n");
+    if (json_path) {
+        run_info.commit = commit;
+        run_info.command = command_line(argc, argv, command, sizeof(command));
+        run_info.quick = opts.quick;
+        run_info.exit_status = rc;
+        if (bench_results_write_json(json_path, &run_info) != 0)
+            rc = 1;
+        else
+            bench_progress("results: %s", json_path);
+    }
     return rc;
 }
