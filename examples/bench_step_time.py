@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Step time of train_tiny_lm.py's training step: torch_hal devices against plain CPU.
 
-    python3 examples/bench_step_time.py [--steps 30] [--batch-size 16] [--json out/bench.json]
+    python3 examples/bench_step_time.py [--steps 30] [--batch-size 16] [--quick]
+                                        [--json out/bench/step_time.json] [--commit ID]
 
 Measures one process, no DDP (the step itself: forward with activation checkpointing, backward,
 GradScaler, clipping, AdamW):
@@ -26,9 +27,16 @@ and hal compiled faster than plain CPU eager (--skip-compile leaves them out).
 Each backend runs in its own subprocess (a process opens one HAL backend). Inside it the
 device step and the CPU step alternate, so that load on the machine affects both alike; the
 first --warmup steps are dropped and medians are reported.
+
+--json writes the results, and with them, per device, the step split into compute (the CPU
+kernels: plain CPU's step time in that process), fallback (what running them through the
+bridge's CPU fallback adds: the cpu backend's step over plain CPU's; on the neuron device the
+same share of its kernels' time) and copies (the rest: staging through host memory), each
+target with its verdict, the date, the commit (--commit) and the machine's load during the run.
 """
 
 import argparse
+import datetime
 import json
 import os
 import statistics
@@ -150,6 +158,73 @@ def ms(seconds):
     return f"{seconds * 1000:8.1f}"
 
 
+class MachineLoad:
+    """CPU time the rest of the machine (other processes, the hypervisor's steal) took while
+    this run and its workers ran, as hal_bench's machine line counts it (/proc/stat)."""
+
+    QUIET_SHARE = 0.05  # hal_bench's BENCH_LOAD_QUIET_SHARE
+
+    @staticmethod
+    def _stat():
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:9]]
+        hz = os.sysconf("SC_CLK_TCK")
+        return (v[0] + v[1] + v[2] + v[5] + v[6]) / hz, v[7] / hz
+
+    @staticmethod
+    def _ours():
+        t = os.times()
+        return t.user + t.system + t.children_user + t.children_system
+
+    def __init__(self):
+        self.wall, self.ours = time.monotonic(), self._ours()
+        try:
+            self.busy, self.steal = self._stat()
+        except (OSError, ValueError, IndexError):
+            self.busy = None
+
+    def report(self):
+        """The machine line's figures, or None where /proc/stat cannot be read."""
+        if self.busy is None:
+            return None
+        busy, steal = self._stat()
+        wall = time.monotonic() - self.wall
+        ours = self._ours() - self.ours
+        other = max(busy - self.busy - ours, 0.0)
+        stolen = steal - self.steal
+        cpus = os.cpu_count() or 1
+        share = (other + stolen) / (wall * cpus) if wall > 0 else 0.0
+        return {"part": "step", "cpus": cpus, "wall_s": wall, "self_cpu_s": ours,
+                "self_includes_children": True, "other_cpu_s": other, "steal_s": stolen,
+                "other_share": share, "quiet": share <= self.QUIET_SHARE}
+
+
+def breakdown(hal, neuron):
+    """Per device: the step split into compute (the CPU kernels), fallback (what the bridge's
+    CPU fallback adds to them) and copies (staging through host memory), in seconds."""
+    ratio_hal = hal["device_median_s"] / hal["cpu_median_s"]
+    out = {
+        "cpu": {"step_s": hal["cpu_median_s"], "compute_s": hal["cpu_median_s"],
+                "fallback_s": 0.0, "copies_s": 0.0},
+        "hal": {"step_s": hal["device_median_s"], "compute_s": hal["cpu_median_s"],
+                "fallback_s": max(hal["device_median_s"] - hal["cpu_median_s"], 0.0),
+                "copies_s": 0.0},
+    }
+    if neuron:
+        kernels = neuron["cpu_median_s"]
+        fallback = kernels * max(ratio_hal - 1.0, 0.0)
+        out["neuron"] = {"step_s": neuron["device_median_s"], "compute_s": kernels,
+                         "fallback_s": fallback,
+                         "copies_s": max(neuron["device_median_s"] - kernels - fallback, 0.0)}
+    return out
+
+
+def target(name, measured, relation, threshold):
+    met = measured <= threshold if relation == "<=" else measured < threshold
+    return {"part": "step", "name": name, "measured": measured, "threshold": threshold,
+            "relation": relation, "unit": "x", "verdict": "met" if met else "missed"}
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--steps", type=int, default=30, help="measured steps per device")
@@ -161,18 +236,26 @@ def main(argv=None):
     p.add_argument("--compile-target", type=float, default=1.05,
                    help="hal compiled / cpu compiled step-time target")
     p.add_argument("--compile", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--quick", action="store_true",
+                   help="a smoke run: 5 steps after 2, no torch.compile (indicative figures only)")
     p.add_argument("--json", help="write the results here")
+    p.add_argument("--commit", help="the source revision measured, recorded in the --json file")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
         worker(args.worker, args)
         return 0
+    if args.quick:
+        args.steps, args.warmup, args.skip_compile = 5, 2, True
+    load = MachineLoad()
 
     print(f"train_tiny_lm step: batch {args.batch_size} x 32 tokens, 1 process, 1 thread; "
           f"median of {args.steps} steps after {args.warmup}; device and CPU steps alternate")
     hal = run_worker("cpu", "hal", args)
     results = {"hal": hal}
     ratio_hal = hal["device_median_s"] / hal["cpu_median_s"]
+    targets = [target(f"hal (cpu backend) / cpu step time <= {args.target:.2f}x", ratio_hal,
+                      "<=", args.target)]
     rows = [("cpu (plain PyTorch)", hal["cpu_median_s"], 1.0, "-", "-", "-", "-"),
             ("hal (cpu backend)", hal["device_median_s"], ratio_hal,
              f"{hal['fallback_per_step']['calls']:.0f}", "0 (in place)", "0", ms(
@@ -233,6 +316,16 @@ def main(argv=None):
               f"{'met' if faster < 1 else 'NOT met'})")
         results["compile_ratios"] = {"hal_compiled_vs_cpu_compiled": ratio,
                                      "hal_compiled_vs_cpu_eager": faster}
+        targets.append(target(f"hal compiled / cpu compiled step time <= "
+                              f"{args.compile_target:.2f}x", ratio, "<=", args.compile_target))
+        targets.append(target("hal compiled / cpu eager step time < 1x", faster, "<", 1.0))
+    results["breakdown"] = breakdown(hal, neuron)
+    results["targets"] = targets
+    results["date"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    results["commit"] = args.commit
+    results["quick"] = bool(args.quick)
+    results["steps"], results["warmup"] = args.steps, args.warmup
+    results["machine"] = load.report()
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:
