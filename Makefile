@@ -5,7 +5,10 @@
 #                                   Trainium device and on the CPU, losses compared)
 #   make test                       every test; ends with "N passed, N failed[, N skipped]"
 #   make conformance BACKEND=cpu    the conformance suite on one backend (cpu, trainium, cuda)
-#   make bench                      benchmarks with figures, ratios and targets
+#   make bench                      benchmarks with figures, ratios and targets; writes
+#                                   out/bench/report.html and the JSON results behind it
+#   make bench-compare OLD=a.json NEW=b.json   two results figure by figure, against the noise
+#   make bench-screenshot           bench/report.png: the report as headless Chromium shows it
 #   make patches-check              the PyTorch patch series: lint, apply check, per-patch tests,
 #                                   the CUDA-style acceptance scripts on hal and neuron (table)
 #   make census                     CUDA hardcoding in torch before and after the series
@@ -51,7 +54,8 @@ TESTLOGS := $(OUT)/testlogs
 JUNIT := $(PYTHON) tools/junit.py
 
 .PHONY: all deps deps-python deps-bench bridge build test test-default test-asan test-tsan \
-	test-bridge test-patches test-fuzz test-soak conformance bench demo patches-check census \
+	test-bridge test-patches test-fuzz test-soak conformance bench bench-compare bench-screenshot \
+	demo patches-check census \
 	soak fuzz fuzz-smoke fuzz-build fuzz-deps format format-check clean gpu-bundle
 
 all: build
@@ -84,9 +88,9 @@ deps-python: deps
 
 # The PyTorch bridge, built against the installed torch (no build isolation: no other torch).
 # Skipped when what it is built from (bridge/, the HAL, the backends) has not changed since the
-# last install.
-BRIDGE_INPUTS = $(shell git ls-files --cached --others --exclude-standard bridge hal hal_backends \
-	tools third_party WORKSPACE .bazelrc)
+# last install (the benchmark report's tools under tools/ are not among them).
+BRIDGE_INPUTS = $(filter-out tools/bench_% tools/tests/%,$(shell git ls-files --cached --others \
+	--exclude-standard bridge hal hal_backends tools third_party WORKSPACE .bazelrc))
 bridge: deps-python
 	@hash=$$(cat $(BRIDGE_INPUTS) | sha1sum | cut -d' ' -f1; $(PYTHON) -c 'import torch; print(torch.__version__)'); \
 	if [ "$$hash" = "$$(cat $(OUT)/bridge.hash 2>/dev/null)" ] && \
@@ -131,7 +135,11 @@ define bazel_test
 	exit $$rc
 endef
 
-test-default: deps
+# Bazel's tests, then the benchmark report's and comparison's own tests (pytest, a few seconds).
+BENCH_TOOLS_TESTS := tools/tests/test_bench_report.py tools/tests/test_bench_compare.py
+test-default: deps-python
+	@rc=0; $(PYTHON) -m pytest -q -p no:cacheprovider $(BENCH_TOOLS_TESTS) \
+	  --junitxml=$(TESTLOGS)/bench-tools/test.xml || rc=1; exit $$rc
 	$(call bazel_test,default,//...,)
 
 test-asan: deps
@@ -203,16 +211,52 @@ conformance: deps
 	  ./bazel-bin/conformance/hal_conformance --backend=$(BACKEND) $(CONFORMANCE_ARGS)
 
 # hal_bench on the cpu backend and on the Trainium backend over the libnrt emulator, then the
-# training step time of the bridge (examples/bench_step_time.py).
+# training step time of the bridge (examples/bench_step_time.py), each writing its JSON results
+# under out/bench, then the report (out/bench/report.html) from both; its table of targets goes
+# to stdout. The report is written even when a measurement failed (it says what is missing);
+# the exit status is then non-zero. BENCH_STEP_TIME=0 leaves the step time out; a --quick in
+# BENCH_ARGS makes the step time quick too.
 BENCH_BACKENDS ?= cpu,trainium
+BENCH_STEP_TIME ?= 1
+BENCH_DIR := $(OUT)/bench
+BENCH_COMMIT = $(shell git rev-parse --short=12 HEAD 2>/dev/null)$(shell git diff --quiet HEAD \
+	2>/dev/null || echo -modified)
 bench: deps-bench bridge
 	$(BAZEL) build //bench:hal_bench //bench:coll_peers //hal_backends/cpu:libhal_backend_cpu.so \
 	  //hal_backends/trainium:libhal_backend_trainium.so //hal_backends/trainium/emulator:libnrt.so.1
+	@mkdir -p $(BENCH_DIR); rm -f $(BENCH_DIR)/hal_bench.json $(BENCH_DIR)/step_time.json; rc=0; \
 	HAL_BACKEND_PATH=$$PWD/bazel-bin/hal_backends/cpu:$$PWD/bazel-bin/hal_backends/trainium \
 	  HAL_NEURON_LIBNRT=$${HAL_NEURON_LIBNRT:-$$PWD/bazel-bin/hal_backends/trainium/emulator/libnrt.so.1} \
 	  NEURON_RT_NUM_CORES=$${NEURON_RT_NUM_CORES:-2} \
-	  ./bazel-bin/bench/hal_bench --backend=$(BENCH_BACKENDS) $(BENCH_ARGS)
-	cd /tmp && $(PYTHON) $(CURDIR)/examples/bench_step_time.py --json $(CURDIR)/$(OUT)/bench/step_time.json
+	  ./bazel-bin/bench/hal_bench --backend=$(BENCH_BACKENDS) $(BENCH_ARGS) \
+	  --json=$(BENCH_DIR)/hal_bench.json --commit=$(BENCH_COMMIT) || rc=1; \
+	if [ "$(BENCH_STEP_TIME)" != 0 ]; then \
+	  (cd /tmp && $(PYTHON) $(CURDIR)/examples/bench_step_time.py \
+	    $(if $(findstring --quick,$(BENCH_ARGS)),--quick) --commit=$(BENCH_COMMIT) \
+	    --json $(CURDIR)/$(BENCH_DIR)/step_time.json) || rc=1; \
+	fi; \
+	$(PYTHON) tools/bench_report.py --bench $(BENCH_DIR)/hal_bench.json \
+	  --step-time $(BENCH_DIR)/step_time.json --out $(BENCH_DIR)/report.html || rc=1; \
+	exit $$rc
+
+# Two results (hal_bench's or the step time's JSON) figure by figure: NEW/OLD for each, flagged
+# where it moved beyond the run-to-run noise measured on this machine (bench/noise.json).
+# COMPARE_ARGS: e.g. --moved (only what moved), --strict (exit 1 when something got worse).
+bench-compare:
+	@[ -n "$(OLD)" ] && [ -n "$(NEW)" ] || \
+	  { echo "usage: make bench-compare OLD=a.json NEW=b.json"; exit 2; }
+	$(PYTHON) tools/bench_compare.py $(OLD) $(NEW) \
+	  $(if $(wildcard bench/noise.json),--noise bench/noise.json) $(COMPARE_ARGS)
+
+# The report of the last make bench, drawn again and pictured by headless Chromium into
+# bench/report.png (the picture in bench/README.md).
+bench-screenshot: deps-python
+	$(call apt_install,chromium)
+	@[ -e $(BENCH_DIR)/hal_bench.json ] || \
+	  { echo "make bench-screenshot: no $(BENCH_DIR)/hal_bench.json: run make bench first"; exit 2; }
+	$(PYTHON) tools/bench_report.py --bench $(BENCH_DIR)/hal_bench.json \
+	  --step-time $(BENCH_DIR)/step_time.json --out $(BENCH_DIR)/report.html \
+	  --screenshot bench/report.png
 
 # ---- the patch series --------------------------------------------------------------------------
 
