@@ -54,9 +54,9 @@ TESTLOGS := $(OUT)/testlogs
 JUNIT := $(PYTHON) tools/junit.py
 
 .PHONY: all deps deps-python deps-bench bridge build test test-default test-asan test-tsan \
-	test-bridge test-patches test-fuzz test-soak conformance bench bench-compare bench-screenshot \
-	demo patches-check census \
-	soak fuzz fuzz-smoke fuzz-build fuzz-deps format format-check clean gpu-bundle
+	test-default-bazel test-bridge test-patches test-fuzz test-soak conformance bench bench-compare \
+	bench-screenshot demo patches-check census soak fuzz fuzz-smoke fuzz-build fuzz-deps format \
+	format-check clean gpu-bundle
 
 all: build
 
@@ -135,11 +135,15 @@ define bazel_test
 	exit $$rc
 endef
 
-# Bazel's tests, then the benchmark report's and comparison's own tests (pytest, a few seconds).
+# The benchmark report's and comparison's own tests (pytest, a few seconds), then Bazel's tests;
+# both run whatever the other's outcome.
 BENCH_TOOLS_TESTS := tools/tests/test_bench_report.py tools/tests/test_bench_compare.py
 test-default: deps-python
 	@rc=0; $(PYTHON) -m pytest -q -p no:cacheprovider $(BENCH_TOOLS_TESTS) \
-	  --junitxml=$(TESTLOGS)/bench-tools/test.xml || rc=1; exit $$rc
+	  --junitxml=$(TESTLOGS)/bench-tools/test.xml || rc=1; \
+	$(MAKE) --no-print-directory test-default-bazel || rc=1; exit $$rc
+
+test-default-bazel: deps
 	$(call bazel_test,default,//...,)
 
 test-asan: deps
