@@ -32,6 +32,18 @@ static const char *doc_text(doc_t *d)
     return d->buf;
 }
 
+/* Ends the document and compares it with `want` (printing what it got when they differ); also
+ * requires bench_json_finish to have found the document complete. Frees the text. */
+static int doc_is(doc_t *d, const char *want)
+{
+    const char *text = doc_text(d);
+    int same = strcmp(text, want) == 0;
+    if (!same)
+        fprintf(stderr, "got:  %swant: %s", text, want);
+    free(d->buf);
+    return same && d->finish_rc == 0;
+}
+
 CTEST(bench_json, nested_document)
 {
     doc_t d;
@@ -52,15 +64,8 @@ CTEST(bench_json, nested_document)
     bench_json_end_array(&d.json);
     bench_json_member_string(&d.json, "commit", NULL);
     bench_json_end_object(&d.json);
-    const char *text = doc_text(&d);
-    int ok = strcmp(text, "{\"part\":\"coll\",\"ranks\":4,\"busbw\":12.5,\"quick\":false,"
-                          "\"sizes\":[8,1048576,{},null],\"commit\":null}\n") == 0;
-    if (!ok)
-        fprintf(stderr, "got: %s", text);
-    int rc = d.finish_rc;
-    free(d.buf);
-    CTEST_CHECK(ok);
-    CTEST_CHECK(rc == 0);
+    CTEST_CHECK(doc_is(&d, "{\"part\":\"coll\",\"ranks\":4,\"busbw\":12.5,\"quick\":false,"
+                           "\"sizes\":[8,1048576,{},null],\"commit\":null}\n"));
     return CTEST_PASS;
 }
 
@@ -74,17 +79,10 @@ CTEST(bench_json, strings_are_escaped)
     bench_json_string(&d.json, "Gr\xc3\xbc\xc3\x9f"
                                "e");
     bench_json_end_array(&d.json);
-    const char *text = doc_text(&d);
-    int ok = strcmp(text, "[\"quote \\\" backslash \\\\ newline \\n tab \\t cr \\r\","
-                          "\"bell \\u0007 escape \\u001b unit \\u001f del \x7f\","
-                          "\"Gr\xc3\xbc\xc3\x9f"
-                          "e\"]\n") == 0;
-    if (!ok)
-        fprintf(stderr, "got: %s", text);
-    int rc = d.finish_rc;
-    free(d.buf);
-    CTEST_CHECK(ok);
-    CTEST_CHECK(rc == 0);
+    CTEST_CHECK(doc_is(&d, "[\"quote \\\" backslash \\\\ newline \\n tab \\t cr \\r\","
+                           "\"bell \\u0007 escape \\u001b unit \\u001f del \x7f\","
+                           "\"Gr\xc3\xbc\xc3\x9f"
+                           "e\"]\n"));
     return CTEST_PASS;
 }
 
@@ -100,75 +98,61 @@ CTEST(bench_json, numbers_that_are_not_finite_are_null)
     bench_json_number(&d.json, 1e-9);
     bench_json_number(&d.json, 268435456.0);
     bench_json_end_array(&d.json);
-    const char *text = doc_text(&d);
-    int ok = strcmp(text, "[null,null,null,0.1,1e-09,268435456]\n") == 0;
-    if (!ok)
-        fprintf(stderr, "got: %s", text);
-    free(d.buf);
-    CTEST_CHECK(ok);
+    CTEST_CHECK(doc_is(&d, "[null,null,null,0.1,1e-09,268435456]\n"));
     return CTEST_PASS;
 }
 
-CTEST(bench_json, unclosed_container_is_reported)
+/* The status bench_json_finish gives a document written by `writes`. */
+static int finish_status_of(void (*writes)(bench_json_t *json))
 {
     doc_t d;
     doc_open(&d);
-    bench_json_begin_object(&d.json);
-    bench_json_key(&d.json, "open");
-    bench_json_begin_array(&d.json);
+    writes(&d.json);
     doc_text(&d);
     free(d.buf);
-    CTEST_CHECK(d.finish_rc == -1);
-    return CTEST_PASS;
+    return d.finish_rc;
 }
 
-CTEST(bench_json, mismatched_close_is_reported)
+static void unclosed_container(bench_json_t *json)
 {
-    doc_t d;
-    doc_open(&d);
-    bench_json_begin_array(&d.json);
-    bench_json_end_object(&d.json);
-    doc_text(&d);
-    free(d.buf);
-    CTEST_CHECK(d.finish_rc == -1);
-    return CTEST_PASS;
+    bench_json_begin_object(json);
+    bench_json_key(json, "open");
+    bench_json_begin_array(json);
 }
 
-CTEST(bench_json, member_without_key_is_reported)
+static void mismatched_close(bench_json_t *json)
 {
-    doc_t d;
-    doc_open(&d);
-    bench_json_begin_object(&d.json);
-    bench_json_int(&d.json, 1);
-    bench_json_end_object(&d.json);
-    doc_text(&d);
-    free(d.buf);
-    CTEST_CHECK(d.finish_rc == -1);
-    return CTEST_PASS;
+    bench_json_begin_array(json);
+    bench_json_end_object(json);
 }
 
-CTEST(bench_json, key_without_value_is_reported)
+static void member_without_key(bench_json_t *json)
 {
-    doc_t d;
-    doc_open(&d);
-    bench_json_begin_object(&d.json);
-    bench_json_key(&d.json, "dangling");
-    bench_json_end_object(&d.json);
-    doc_text(&d);
-    free(d.buf);
-    CTEST_CHECK(d.finish_rc == -1);
-    return CTEST_PASS;
+    bench_json_begin_object(json);
+    bench_json_int(json, 1);
+    bench_json_end_object(json);
 }
 
-CTEST(bench_json, key_outside_an_object_is_reported)
+static void key_without_value(bench_json_t *json)
 {
-    doc_t d;
-    doc_open(&d);
-    bench_json_begin_array(&d.json);
-    bench_json_key(&d.json, "not here");
-    bench_json_end_array(&d.json);
-    doc_text(&d);
-    free(d.buf);
-    CTEST_CHECK(d.finish_rc == -1);
+    bench_json_begin_object(json);
+    bench_json_key(json, "dangling");
+    bench_json_end_object(json);
+}
+
+static void key_outside_an_object(bench_json_t *json)
+{
+    bench_json_begin_array(json);
+    bench_json_key(json, "not here");
+    bench_json_end_array(json);
+}
+
+CTEST(bench_json, misuse_is_reported)
+{
+    CTEST_CHECK(finish_status_of(unclosed_container) == -1);
+    CTEST_CHECK(finish_status_of(mismatched_close) == -1);
+    CTEST_CHECK(finish_status_of(member_without_key) == -1);
+    CTEST_CHECK(finish_status_of(key_without_value) == -1);
+    CTEST_CHECK(finish_status_of(key_outside_an_object) == -1);
     return CTEST_PASS;
 }

@@ -89,9 +89,10 @@ def png_of(fig):
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-def size_axis(ax, sizes):
-    """A log-2 axis of sizes, ticked at the sizes measured (those closer than 4x to the previous
-    tick left out, so that labels do not overlap)."""
+def size_panel(ax, sizes, title, ylabel, log_y, xlabel="message size (nccl-tests' S)"):
+    """Finishes a panel whose x axis is a size: log 2, ticked at the sizes measured (those
+    closer than 4x to the previous tick left out, so that labels do not overlap); y log or from
+    0; title, labels, grid and legend."""
     ax.set_xscale("log", base=2)
     ticks = []
     for v in sorted(set(sizes)):
@@ -99,7 +100,16 @@ def size_axis(ax, sizes):
             ticks.append(v)
     ax.set_xticks(ticks, [size_label(v) for v in ticks], fontsize=7)
     ax.minorticks_off()
-    ax.set_xlabel("message size (nccl-tests' S)", fontsize=8)
+    if log_y:
+        ax.set_yscale("log")
+    else:
+        ax.set_ylim(bottom=0)
+    ax.set_xlabel(xlabel, fontsize=8)
+    ax.set_ylabel(ylabel, fontsize=8)
+    ax.set_title(title, fontsize=9)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.tick_params(labelsize=7)
+    ax.legend(fontsize=6)
 
 
 def grid_of(n):
@@ -155,13 +165,7 @@ def collective_plots(bench, why_absent, measurement, unit, title):
             if ceiling:
                 ax.axhline(ceiling["value"], color="black", linestyle="--", linewidth=1,
                            label=f"memcpy, 1 thread ({ceiling['value']:.1f} GB/s)")
-            ax.set_yscale("log")
-            size_axis(ax, [f["bytes"] for f in at])
-            ax.set_ylabel(f"{measurement} ({unit})", fontsize=8)
-            ax.set_title(coll, fontsize=9)
-            ax.grid(True, which="both", alpha=0.3)
-            ax.tick_params(labelsize=7)
-            ax.legend(fontsize=6)
+            size_panel(ax, [f["bytes"] for f in at], coll, f"{measurement} ({unit})", log_y=True)
         fig.suptitle(f"{title}, {ranks} processes", fontsize=10)
         notes = [] if peers else ["Open MPI and Gloo were not measured in this run "
                                   "(--no-peers, or not installed): HAL lines only"]
@@ -199,13 +203,7 @@ def scaling_plot(bench, why_absent):
                 where = "one host (shared memory)" if h == 1 else f"{h} simulated hosts (tcp)"
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3,
                         linestyle="-" if h == 1 else "--", label=f"{n} processes, {where}")
-        ax.set_yscale("log")
-        size_axis(ax, [f["bytes"] for f in figs])
-        ax.set_ylabel("busbw (GB/s)", fontsize=8)
-        ax.set_title(coll, fontsize=9)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.tick_params(labelsize=7)
-        ax.legend(fontsize=6)
+        size_panel(ax, [f["bytes"] for f in figs], coll, "busbw (GB/s)", log_y=True)
     fig.suptitle(f"hal on the {backend} backend: {title.split(': ', 1)[1]}", fontsize=10)
     notes = []
     if len(hosts) < 2:
@@ -238,14 +236,8 @@ def allocator_plot(bench, why_absent):
         if target:
             ax.axhline(target["threshold"], color="black", linestyle="--", linewidth=1,
                        label=f"target <= {target['threshold']:g} ns")
-        ax.set_ylim(bottom=0)
-        size_axis(ax, [f["bytes"] for f in figs])
-        ax.set_xlabel("allocation size", fontsize=8)
-        ax.set_ylabel("ns per pair (median)", fontsize=8)
-        ax.set_title(f"{backend} backend", fontsize=9)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.tick_params(labelsize=7)
-        ax.legend(fontsize=7)
+        size_panel(ax, [f["bytes"] for f in figs], f"{backend} backend", "ns per pair (median)",
+                   log_y=False, xlabel="allocation size")
     return Plot(title, png_of(fig))
 
 
@@ -267,14 +259,8 @@ def copy_plot(bench, why_absent):
                             linestyle="-" if impl == "hal" else ":",
                             label=f"{impl}: {m[len('copy '):]}" if impl == "hal" else
                             f"memcpy (beside {m[len('copy '):]})")
-        ax.set_ylim(bottom=0)
-        size_axis(ax, [f["bytes"] for f in at])
-        ax.set_xlabel("copy size", fontsize=8)
-        ax.set_ylabel("GB/s (median)", fontsize=8)
-        ax.set_title(f"{backend} backend", fontsize=9)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.tick_params(labelsize=7)
-        ax.legend(fontsize=6)
+        size_panel(ax, [f["bytes"] for f in at], f"{backend} backend", "GB/s (median)",
+                   log_y=False, xlabel="copy size")
     return Plot(title, png_of(fig))
 
 
