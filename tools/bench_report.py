@@ -91,12 +91,12 @@ def png_of(fig):
 
 def size_panel(ax, sizes, title, ylabel, log_y, xlabel="message size (nccl-tests' S)"):
     """Finishes a panel whose x axis is a size: log 2, ticked at the sizes measured (those
-    closer than 4x to the previous tick left out, so that labels do not overlap); y log or from
+    closer than 8x to the previous tick left out, so that labels do not overlap); y log or from
     0; title, labels, grid and legend."""
     ax.set_xscale("log", base=2)
     ticks = []
     for v in sorted(set(sizes)):
-        if not ticks or v >= 4 * ticks[-1]:
+        if not ticks or v >= 8 * ticks[-1]:
             ticks.append(v)
     ax.set_xticks(ticks, [size_label(v) for v in ticks], fontsize=7)
     ax.minorticks_off()
