@@ -7,7 +7,9 @@
  * environment as hex), reads their result lines from pipes (format in coll_common.h), then runs
  * the peers the same way: `mpirun -np N coll_peer_mpi` and N processes of coll_peer_gloo. Each
  * rank owns one device of the backend (rank % device count), one stream and device buffers;
- * float32 sum, out of place.
+ * float32 sum, out of place. Some backends are measured twice (make_sides): the trainium backend
+ * with its native collectives and host-staged, the cpu backend on one host and across two
+ * simulated hosts (TCP on loopback, the shared-memory path disabled).
  *
  * Per collective and size, every implementation runs warm-up ops, then `reps` repeats of: a
  * barrier, N ops enqueued (or called) back to back, a stream synchronize; time per op = wall
@@ -20,8 +22,8 @@
  *   - allreduce busbw at the largest size (256 MiB) >= 0.5x single-thread memcpy bandwidth of
  *     that size, measured here, in the driver, before the collectives.
  *
- * Files: this one is the driver (options, plan, memcpy baseline, machine load, the part's
- * run); bench_coll_rank.c the rank mode; bench_coll_peers.c the processes of every job and
+ * Files: this one is the driver (options, plan, sides, memcpy baseline, machine load, the
+ * part's run); bench_coll_rank.c the rank mode; bench_coll_peers.c the processes of every job and
  * which peers can run; bench_coll_results.c result lines, tables and targets; bench_coll.h
  * what they share. */
 #include <dlfcn.h>
