@@ -13,9 +13,12 @@ hosts, size, implementation, algorithm, unit, statistic), never by position.
 
 The noise band of a figure comes from --noise (bench/noise.json): measured by running the same
 benchmark several times back to back on this machine (--measure-noise), per family of figures
-(part, measurement, implementation, size) the largest max/min - 1 seen among its runs. A
-figure moved when NEW/OLD is above 1 + band or below 1 / (1 + band); figures of a family the
-noise runs did not cover take the file's default band. Wrong collective results are flagged on
+the largest max/min - 1 seen among its runs. A family is what one implementation measured at
+one size, as an absolute figure or as a ratio taken within the run (part, backend,
+implementation, statistic, processes, hosts, size, ratio or not): its collectives and the
+times, algbw and busbw derived from one another share it. A figure moved when NEW/OLD is above
+1 + band or below 1 / (1 + band); figures of a family the noise runs did not cover take the
+file's default band. Wrong collective results are flagged on
 any change. A moved figure is "better" or "worse" by its unit (GB/s and ratios up is better,
 times down is better).
 
@@ -31,7 +34,8 @@ import sys
 
 KEY_FIELDS = ("part", "backend", "measurement", "collective", "ranks", "hosts", "transport",
               "bytes", "implementation", "algorithm", "unit", "statistic")
-FAMILY_FIELDS = ("part", "measurement", "implementation", "bytes")
+FAMILY_FIELDS = ("part", "backend", "implementation", "statistic", "ranks", "hosts", "bytes",
+                 "kind")
 HIGHER_IS_BETTER = {"GB/s", "x", "%"}
 EXACT_UNITS = {"elements"}  # wrong results: any change counts
 DEFAULT_BAND = 0.25  # when no noise file is given: the upper end of what README reports
@@ -82,7 +86,8 @@ def key_of(fig):
 
 
 def family_of(fig):
-    return tuple(fig.get(k) for k in FAMILY_FIELDS)
+    kind = "ratio" if fig["unit"] == "x" else "absolute"
+    return tuple(fig.get(k) for k in FAMILY_FIELDS[:-1]) + (kind,)
 
 
 def describe(fig):
@@ -162,9 +167,9 @@ def measure_noise(paths, how):
                         "other_share": [round(m.get("other_share", 0.0), 3) for m in lines]})
     return {
         "schema": "hal-bench-noise/1",
-        "how": how or (f"{len(paths)} runs back to back on one machine; per figure max/min - 1 "
-                       "over the runs; per family (part, measurement, implementation, size) the "
-                       "largest of its figures"),
+        "how": how or f"{len(paths)} runs back to back on one machine",
+        "band_is": ("per figure max/min - 1 over the runs; per family (the fields of each band "
+                    "below) the largest spread of its figures"),
         "runs": machine,
         "default_band": round(default, 4),
         "default_band_is": "the 90th percentile of every figure's spread",
@@ -260,8 +265,11 @@ def main(argv=None):
     if args.measure_noise:
         if len(args.files) < 2:
             p.error("--measure-noise needs at least two runs")
-        json.dump(measure_noise(args.files, args.how), sys.stdout, indent=1)
-        print()
+        noise = measure_noise(args.files, args.how)
+        bands = noise.pop("bands")
+        text = json.dumps(noise, indent=1)[:-2]  # the bands one a line, to keep the file short
+        print(text + ',\n "bands": [\n' +
+              ",\n".join("  " + json.dumps(b) for b in bands) + "\n ]\n}")
         return 0
     if len(args.files) != 2:
         p.error("give OLD and NEW")
