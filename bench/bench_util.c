@@ -244,7 +244,8 @@ void bench_table_print(const bench_table_t *t)
 void bench_target_add(bench_targets_t *list, bench_verdict_t verdict, const char *detail,
                       const char *name_fmt, ...)
 {
-    if (list->count >= BENCH_MAX_TARGETS)
+    list->last_dropped = list->count >= BENCH_MAX_TARGETS;
+    if (list->last_dropped)
         return;
     bench_target_t *t = &list->t[list->count++];
     va_list ap;
@@ -259,7 +260,7 @@ void bench_target_add(bench_targets_t *list, bench_verdict_t verdict, const char
 void bench_target_values(bench_targets_t *list, double measured, const char *relation,
                          double threshold, const char *unit)
 {
-    if (list->count == 0)
+    if (list->count == 0 || list->last_dropped)
         return;
     bench_target_t *t = &list->t[list->count - 1];
     t->has_values = true;

@@ -142,6 +142,7 @@ typedef struct bench_target {
 typedef struct bench_targets {
     int count;
     bench_target_t t[BENCH_MAX_TARGETS];
+    bool last_dropped; /* the list was full when the last target came (bench_target_values) */
 } bench_targets_t;
 
 /* Records a target's outcome. name is printf-style. */
