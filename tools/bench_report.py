@@ -301,9 +301,11 @@ def all_targets(bench, step):
 
 
 def number(v, unit):
+    """Three significant digits (no exponent from 1000 up), with the unit."""
     if v is None:
         return ""
-    return f"{v:.3g} {unit}" if unit != "x" else f"{v:.3g}x"
+    text = f"{v:.0f}" if abs(v) >= 1000 else f"{v:.3g}"
+    return f"{text}x" if unit == "x" else f"{text} {unit}"
 
 
 def markdown_targets(targets):
