@@ -82,9 +82,12 @@ class Plot:
         self.title, self.png, self.why, self.notes = title, png, why, list(notes)
 
 
+DPI = 80  # pixels per inch of the plots (a 3-panel row is 15 inches wide)
+
+
 def png_of(fig):
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=80, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=DPI)  # constrained layout already fits the figure
     plt.close(fig)
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
@@ -99,11 +102,11 @@ def size_panel(ax, sizes, title, ylabel, log_y, xlabel="message size (nccl-tests
         if not ticks or v >= 8 * ticks[-1]:
             ticks.append(v)
     ax.set_xticks(ticks, [size_label(v) for v in ticks], fontsize=7)
-    ax.minorticks_off()
     if log_y:
         ax.set_yscale("log")
     else:
         ax.set_ylim(bottom=0)
+    ax.minorticks_off()  # after the scales: minor tick labels cost most of the drawing time
     ax.set_xlabel(xlabel, fontsize=8)
     ax.set_ylabel(ylabel, fontsize=8)
     ax.set_title(title, fontsize=9)

@@ -53,7 +53,8 @@ def bench_doc():
         return json.load(f)
 
 
-def test_complete_result_draws_every_plot():
+def test_complete_result_draws_every_plot(monkeypatch):
+    monkeypatch.setattr(bench_report, "DPI", 20)  # real PNGs, small: the test's time is drawing
     page, table = bench_report.build(BENCH, STEP)
     found = sections(page)
     for title in TITLES:
