@@ -460,7 +460,8 @@ def build(bench_path, step_path):
                               "Time per operation against message size") +
              [scaling_plot(bench, bench_why), copy_plot(bench, bench_why),
               allocator_plot(bench, bench_why),
-              step_plot(step, step_why and step_why + " (examples/bench_step_time.py)")])
+              step_plot(step, step_why and f"{step_why}: examples/bench_step_time.py did not "
+                        "write it (make bench BENCH_STEP_TIME=0 leaves it out)")])
     return page(bench, bench_why, step, step_why, plots), markdown_targets(all_targets(bench,
                                                                                        step))
 
