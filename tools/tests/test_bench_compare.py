@@ -130,4 +130,8 @@ def test_measure_noise_takes_the_largest_spread_of_each_family(tmp_path, capsys,
                         "statistic": "median", "ranks": 2, "hosts": 1, "bytes": 1 << 20,
                         "kind": "absolute", "band": pytest.approx(1.1 / 0.95 - 1, abs=1e-4)}
     assert noise["default_band"] == 0.0  # every other figure was the same in every run
+    for i, j in ((0, 1), (0, 2), (1, 2)):  # the runs that set the bands stay inside them
+        noise_file = write(tmp_path, "noise.json", noise)
+        rc, out = run(capsys, runs[i], runs[j], "--noise", noise_file, "--strict")
+        assert rc == 0 and "0 worse, 0 better" in out
     assert not any(b["statistic"] == "sum" for b in noise["bands"])  # wrong elements: exact
