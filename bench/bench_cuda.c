@@ -33,6 +33,7 @@
 #endif
 
 #include "bench/bench_parts.h"
+#include "bench/bench_results.h"
 
 /* ---- the raw runtime ------------------------------------------------------------------------- */
 
@@ -179,6 +180,7 @@ typedef struct cuda_bench {
 
 typedef struct copy_case {
     const char *name;
+    const char *measurement; /* in the results file, as part mem names its copies */
     void *dst;
     const void *src;
 } copy_case_t;
@@ -209,9 +211,9 @@ static bool time_copies(cuda_bench_t *b, bool hal, void *dst, const void *src, s
 static int bench_copies(cuda_bench_t *b)
 {
     const copy_case_t cases[] = {
-        { "H2D", b->d_a, b->h_a },
-        { "D2H", b->h_a, b->d_a },
-        { "D2D", b->d_b, b->d_a },
+        { "H2D", "copy host to device", b->d_a, b->h_a },
+        { "D2H", "copy device to host", b->h_a, b->d_a },
+        { "D2D", "copy device to device", b->d_b, b->d_a },
     };
     const size_t sizes[] = { (size_t)64 << 10, (size_t)1 << 20, (size_t)16 << 20,
                              (size_t)256 << 20 };
@@ -278,11 +280,18 @@ static int bench_copies(cuda_bench_t *b)
             bench_table_cell(&t, row, 3, "%.3f", med);
             bench_table_cell(&t, row, 4, "%.3f-%.3f", lo, hi);
             bench_table_cell(&t, row, 5, "%d", k);
+            const char *what = cases[c].measurement;
+            bench_figure_simple("cuda", what, n, "hal", mh, "GB/s", "median");
+            bench_figure_simple("cuda", what, n, "CUDA", mr, "GB/s", "median");
+            bench_figure_simple("cuda", what, n, "hal", med, "x", "median ratio");
+            bench_figure_simple("cuda", what, n, "hal", lo, "x", "min ratio");
+            bench_figure_simple("cuda", what, n, "hal", hi, "x", "max ratio");
             if (n >= ((size_t)1 << 20)) {
                 char detail[BENCH_TARGET_DETAIL_MAX];
                 snprintf(detail, sizeof(detail), "%.3fx: %.2f vs %.2f GB/s", med, mh, mr);
                 bench_target_add(b->targets, med >= 0.97 ? BENCH_MET : BENCH_MISSED, detail,
                                  "cuda: memcpy %s %s >= 0.97x raw CUDA", cases[c].name, sz);
+                bench_target_values(b->targets, med, ">=", 0.97, "x");
             }
         }
         bench_table_print(&t);
@@ -397,6 +406,10 @@ static int bench_latencies(cuda_bench_t *b)
         bench_table_cell(&t, row, 3, "%.3f", hmed);
         bench_table_cell(&t, row, 4, "%.3f", rmed);
         bench_table_cell(&t, row, 5, "%+.3f", extra);
+        bench_figure_simple("cuda", kinds[k].name, 0, "hal", hmin, "us", "min");
+        bench_figure_simple("cuda", kinds[k].name, 0, "CUDA", rmin, "us", "min");
+        bench_figure_simple("cuda", kinds[k].name, 0, "hal", hmed, "us", "median");
+        bench_figure_simple("cuda", kinds[k].name, 0, "CUDA", rmed, "us", "median");
         char detail[BENCH_TARGET_DETAIL_MAX];
         snprintf(detail, sizeof(detail), "%+.3f us: %.3f vs %.3f us", extra, hmin, rmin);
         bench_verdict_t v = hal.failed || raw.failed ? BENCH_FAILED
@@ -408,6 +421,8 @@ static int bench_latencies(cuda_bench_t *b)
             rc = 1;
         }
         bench_target_add(b->targets, v, detail, "cuda: %s <= 1 us over raw CUDA", kinds[k].name);
+        if (v != BENCH_FAILED)
+            bench_target_values(b->targets, extra, "<=", 1.0, "us");
         hal.failed = raw.failed = false;
     }
     printf("\nlatency per call (%s), %d repeats, minima and medians of the repeats' means:\n",
@@ -581,16 +596,30 @@ static int bench_allreduce(cuda_bench_t *b)
         bench_table_cell(&t, row, 2, "%.3f", mr);
         bench_table_cell(&t, row, 3, "%.3f", med);
         bench_table_cell(&t, row, 4, "%d", k);
+        bench_figure_t f = { .ranks = 1, .hosts = 1, .bytes = sizes[z] };
+        snprintf(f.backend, sizeof(f.backend), "cuda");
+        snprintf(f.measurement, sizeof(f.measurement), "time");
+        snprintf(f.collective, sizeof(f.collective), "allreduce");
+        snprintf(f.unit, sizeof(f.unit), "us");
+        snprintf(f.statistic, sizeof(f.statistic), "median");
+        snprintf(f.implementation, sizeof(f.implementation), "hal");
+        f.value = mh;
+        bench_figure_add(&f);
+        snprintf(f.implementation, sizeof(f.implementation), "NCCL");
+        f.value = mr;
+        bench_figure_add(&f);
         char detail[BENCH_TARGET_DETAIL_MAX];
         if (z == 0) {
             double hmin = bench_min(th, (size_t)reps), rmin = bench_min(tr, (size_t)reps);
             snprintf(detail, sizeof(detail), "%+.3f us: %.3f vs %.3f us", hmin - rmin, hmin, rmin);
             bench_target_add(b->targets, hmin - rmin <= 1.0 ? BENCH_MET : BENCH_MISSED, detail,
                              "cuda: allreduce %s raw NCCL", tname);
+            bench_target_values(b->targets, hmin - rmin, "<=", 1.0, "us");
         } else {
             snprintf(detail, sizeof(detail), "%.3fx: %.3f vs %.3f us/op", med, mh, mr);
             bench_target_add(b->targets, med >= 0.97 ? BENCH_MET : BENCH_MISSED, detail,
                              "cuda: allreduce %s raw NCCL", tname);
+            bench_target_values(b->targets, med, ">=", 0.97, "x");
         }
     }
     bench_table_print(&t);
@@ -612,7 +641,7 @@ int bench_cuda_run(const bench_options_t *opts, const char *const *backends, int
     b.repeats = opts->quick ? 3 : 11;
     b.max_bytes = opts->quick ? (size_t)16 << 20 : (size_t)256 << 20;
     bench_load_t load;
-    bench_load_begin(&load);
+    bench_load_begin_for(&load, "cuda", false);
     int rc = 1;
     printf("== part cuda: the cuda backend against raw CUDA and NCCL\n");
     if (!raw_load(&b.cu))

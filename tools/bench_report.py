@@ -216,9 +216,9 @@ def scaling_plot(bench, why_absent):
     return Plot(title, png_of(fig), notes=notes)
 
 
-def mem_figures(bench, measurement_prefix):
+def mem_figures(bench, measurement_prefix, parts=("mem",)):
     return [f for f in (bench or {}).get("figures", [])
-            if f["part"] == "mem" and f["measurement"].startswith(measurement_prefix)]
+            if f["part"] in parts and f["measurement"].startswith(measurement_prefix)]
 
 
 def allocator_plot(bench, why_absent):
@@ -245,23 +245,26 @@ def allocator_plot(bench, why_absent):
 
 
 def copy_plot(bench, why_absent):
-    title = "Copy bandwidth: hal_memcpy_async against memcpy"
-    figs = [f for f in mem_figures(bench, "copy ") if f["unit"] == "GB/s" and f["value"] > 0]
+    title = "Copy bandwidth: hal_memcpy_async against memcpy (raw CUDA on the cuda backend)"
+    figs = [f for f in mem_figures(bench, "copy ", parts=("mem", "cuda"))
+            if f["unit"] == "GB/s" and f["value"] > 0]
     if not figs:
-        return Plot(title, why=why_absent or "part mem did not run in this hal_bench run")
+        return Plot(title, why=why_absent or "neither part mem nor part cuda ran in this "
+                    "hal_bench run")
     backends = sorted({f["backend"] for f in figs})
     fig, axes = grid_of(len(backends))
     for ax, backend in zip(axes, backends):
         at = [f for f in figs if f["backend"] == backend]
+        baselines = sorted({f["implementation"] for f in at} - {"hal"})  # memcpy, CUDA
         for m in sorted({f["measurement"] for f in at}):
-            for impl in ("hal", "memcpy"):
+            what = m[len("copy "):]
+            for impl in ["hal"] + baselines:
                 pts = sorted((f["bytes"], f["value"]) for f in at
                              if f["measurement"] == m and f["implementation"] == impl)
                 if pts:
                     ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3,
                             linestyle="-" if impl == "hal" else ":",
-                            label=f"{impl}: {m[len('copy '):]}" if impl == "hal" else
-                            f"memcpy (beside {m[len('copy '):]})")
+                            label=f"hal: {what}" if impl == "hal" else f"{impl} (beside {what})")
         size_panel(ax, [f["bytes"] for f in at], f"{backend} backend", "GB/s (median)",
                    log_y=False, xlabel="copy size")
     return Plot(title, png_of(fig))

@@ -20,7 +20,7 @@ TITLES = ("Bus bandwidth against message size, 2 processes",
           "Time per operation against message size, 2 processes",
           "Time per operation against message size, 4 processes",
           "Scaling: 2 against 4 processes, one host against two simulated hosts (busbw)",
-          "Copy bandwidth: hal_memcpy_async against memcpy",
+          "Copy bandwidth: hal_memcpy_async against memcpy (raw CUDA on the cuda backend)",
           "Caching allocator: alloc + free pair against malloc + free",
           "Training step per device: compute, fallback, copies")
 
@@ -128,3 +128,13 @@ def test_main_writes_the_page_and_prints_the_table(tmp_path, capsys, fast_png):
     assert bench_report.main(["--bench", BENCH, "--step-time", STEP, "--out", str(out)]) == 0
     assert out.read_text().startswith("<!DOCTYPE html>")
     assert capsys.readouterr().out.startswith("| part | target |")
+
+
+def test_cuda_part_copies_are_drawn_against_raw_cuda(tmp_path, bench_doc, fast_png):
+    copy = dict(part="cuda", backend="cuda", measurement="copy host to device", unit="GB/s",
+                statistic="median", bytes=1 << 20)
+    bench_doc["figures"] = [dict(copy, implementation="hal", value=20.0),
+                            dict(copy, implementation="CUDA", value=21.0)]
+    page, _ = bench_report.build(write(tmp_path, "cuda.json", bench_doc), STEP)
+    assert "data:image/png" in sections(page)[TITLES[5]]
+    assert "Not drawn: part mem did not run" in sections(page)[TITLES[6]]
