@@ -36,12 +36,21 @@
  * hit makes no HAL call and no malloc. Slow paths call the HAL under the lock, as PyTorch's
  * allocator does; waiters back off to sched_yield.
  *
+ * In front of all this, each thread has a small front cache per allocator and stream
+ * (caching_allocator_front.c): the small blocks it frees on the stream wait there, and the
+ * same thread's next request of exactly their size on that stream takes them back without the
+ * lock (one compare-exchange), as glibc's tcache does for malloc. The public alloc and free
+ * try it first, inline, and leave everything else (the checks included) to alloc_slow and
+ * free_slow. The locked paths find front blocks by scanning the front caches, and drain them
+ * where the cache must show or give back everything: get_stats, empty_cache, out of memory, a
+ * new peak, a destroyed stream, destroy.
+ *
  * Files: this one is the front end (the public calls other than the statistics, the lock's slow
  * path, error reports); caching_allocator_bins.h/.c the block structs, bins, live table, pools;
  * caching_allocator_streams.c events, fences, held blocks and retired streams;
  * caching_allocator_segments.c segments and the allocation slow path;
- * caching_allocator_stats.c statistics and block queries; caching_allocator_internal.h the
- * layout and what the files share. */
+ * caching_allocator_stats.c statistics and block queries; caching_allocator_front.h/.c the
+ * threads' front caches; caching_allocator_internal.h the layout and what the files share. */
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +59,7 @@
 
 #include "hal/hal.h"
 #include "hal/services/caching_allocator_bins.h"
+#include "hal/services/caching_allocator_front.h"
 #include "hal/services/caching_allocator_internal.h"
 #include "hal/src/service.h"
 
@@ -119,6 +129,7 @@ hal_status_t ca_out_of_memory(struct hal_allocator_s *a, size_t size, size_t seg
 {
     a->ooms++;
     bool host = a->kind == HAL_MEM_KIND_HOST_PINNED;
+    uint64_t allocated = a->allocated + ca_front_totals(a).allocated;
     char seg[64] = "";
     if (segment != 0)
         snprintf(seg, sizeof(seg), " (segment of %zu)", segment);
@@ -126,7 +137,7 @@ hal_status_t ca_out_of_memory(struct hal_allocator_s *a, size_t size, size_t seg
                      a->backend, "hal_allocator_alloc",
                      "out of %s memory: requested %zu bytes%s with %llu bytes allocated and %llu "
                      "reserved by this allocator%s; %s",
-                     host ? "pinned host" : "device", size, seg, (unsigned long long)a->allocated,
+                     host ? "pinned host" : "device", size, seg, (unsigned long long)allocated,
                      (unsigned long long)a->reserved,
                      segment != 0 ? " after releasing its cache" : "", detail);
 }
@@ -190,6 +201,7 @@ hal_status_t hal_allocator_create(hal_device_t device, const hal_allocator_confi
     a->large_round = cfg.large_round;
     snprintf(a->backend, sizeof(a->backend), "%s", name);
     atomic_init(&a->lock.locked, 0);
+    a->front_generation = ca_front_generation();
     a->neutral = ca_pool_new(NULL);
     if (a->neutral == NULL)
         goto out_release_handle;
@@ -241,13 +253,16 @@ hal_status_t hal_allocator_destroy(hal_allocator_t a)
     static const char call[] = "hal_allocator_destroy";
     HAL_CHECK_HANDLE(a, HAL_MAGIC_ALLOCATOR, "hal_allocator_t", call);
     if (!device_live(a)) {
+        ca_front_detach_all(a);
         free_bookkeeping(a);
         hal_handle_release(a, false);
         return HAL_OK;
     }
     spin_lock(&a->lock);
-    if (a->active_blocks != 0) {
-        uint64_t n = a->active_blocks, bytes = a->allocated;
+    front_totals_t ft = ca_front_totals(a);
+    uint64_t n = a->active_blocks + ft.live_blocks;
+    if (n != 0) {
+        uint64_t bytes = a->allocated + ft.allocated;
         spin_unlock(&a->lock);
         return hal_error(HAL_ERROR_BUSY, a->backend, call,
                          "%llu blocks (%llu bytes) are still allocated", (unsigned long long)n,
@@ -256,6 +271,7 @@ hal_status_t hal_allocator_destroy(hal_allocator_t a)
     spin_unlock(&a->lock);
     /* Outside the lock: removal waits for a retire call in progress, which takes it. */
     hal_device_remove_stream_listener(a->device, &a->listener);
+    ca_front_detach_all(a); /* parks what they cache */
     spin_lock(&a->lock);
     (void)ca_sync_all(a);
     (void)ca_release_free_segments(a);
@@ -272,8 +288,10 @@ hal_status_t hal_allocator_destroy(hal_allocator_t a)
     return HAL_OK;
 }
 
-/* Allocates a block usable on `stream` (see hal_allocator.h). */
-hal_status_t hal_allocator_alloc(hal_allocator_t a, size_t size, hal_stream_t stream, void **ptr)
+/* hal_allocator_alloc but for a hit in the calling thread's front cache. Out of line, so that
+ * the hit pays for no stack frame. */
+static hal_status_t __attribute__((noinline))
+alloc_slow(struct hal_allocator_s *a, size_t size, hal_stream_t stream, void **ptr)
 {
     static const char call[] = "hal_allocator_alloc";
     HAL_CHECK_HANDLE(a, HAL_MAGIC_ALLOCATOR, "hal_allocator_t", call);
@@ -300,6 +318,13 @@ hal_status_t hal_allocator_alloc(hal_allocator_t a, size_t size, hal_stream_t st
         return hal_error(HAL_ERROR_OUT_OF_HOST_MEMORY, a->backend, call,
                          "out of host memory for the allocator's bookkeeping");
     }
+    if (rsize <= SMALL_SIZE) { /* the block may come back to this thread's front cache */
+        front_t *f = ca_front_prepare(a, stream, p);
+        if (f != NULL && front_alloc(a, f, size, stream, ptr)) {
+            spin_unlock(&a->lock);
+            return HAL_OK;
+        }
+    }
     block_t *b = p->parked;
     if (HAL_LIKELY(b != NULL && parked_fits(a, b, rsize))) {
         p->parked = NULL;
@@ -323,8 +348,8 @@ hal_status_t hal_allocator_alloc(hal_allocator_t a, size_t size, hal_stream_t st
     live_put(a, b);
     a->allocated += b->size;
     a->requested += size;
-    if (a->allocated > a->peak_allocated)
-        a->peak_allocated = a->allocated;
+    if (a->allocated + a->front_bytes > a->peak_allocated)
+        ca_front_raise_peak(a);
     a->alloc_count++;
     a->active_blocks++;
     void *result = b->ptr;
@@ -333,8 +358,16 @@ hal_status_t hal_allocator_alloc(hal_allocator_t a, size_t size, hal_stream_t st
     return HAL_OK;
 }
 
-/* Returns a block to the cache (see hal_allocator.h). */
-hal_status_t hal_allocator_free(hal_allocator_t a, void *ptr)
+/* Allocates a block usable on `stream` (see hal_allocator.h). */
+hal_status_t hal_allocator_alloc(hal_allocator_t a, size_t size, hal_stream_t stream, void **ptr)
+{
+    if (HAL_LIKELY(front_alloc(a, ca_front_current, size, stream, ptr)))
+        return HAL_OK;
+    return alloc_slow(a, size, stream, ptr);
+}
+
+/* hal_allocator_free but for a block going back to the calling thread's front cache. */
+static hal_status_t __attribute__((noinline)) free_slow(struct hal_allocator_s *a, void *ptr)
 {
     static const char call[] = "hal_allocator_free";
     HAL_CHECK_HANDLE(a, HAL_MAGIC_ALLOCATOR, "hal_allocator_t", call);
@@ -342,26 +375,35 @@ hal_status_t hal_allocator_free(hal_allocator_t a, void *ptr)
         return ca_device_closed(a, call);
     if (ptr == NULL)
         return HAL_OK;
-
     spin_lock(&a->lock);
+    block_t *b;
     size_t i = live_find(a, (uintptr_t)ptr);
-    if (HAL_UNLIKELY(i == SIZE_MAX)) {
+    if (HAL_LIKELY(i != SIZE_MAX)) {
+        b = a->live[i].block;
+        live_remove_at(a, i);
+    } else if ((b = ca_front_find(a, ptr, true)) == NULL) {
         hal_status_t st = not_live(a, ptr, call);
         spin_unlock(&a->lock);
         return st;
     }
-    block_t *b = a->live[i].block;
-    live_remove_at(a, i);
     a->allocated -= b->size;
     a->requested -= b->requested;
     a->free_count++;
     a->active_blocks--;
-    if (HAL_LIKELY(b->nuses == 0))
-        park(a, b->pool, b);
-    else
+    if (HAL_UNLIKELY(b->nuses != 0))
         ca_hold(a, b);
+    else if (!ca_front_enter(a, b))
+        park(a, b->pool, b);
     spin_unlock(&a->lock);
     return HAL_OK;
+}
+
+/* Returns a block to the cache (see hal_allocator.h). */
+hal_status_t hal_allocator_free(hal_allocator_t a, void *ptr)
+{
+    if (HAL_LIKELY(front_free(a, ca_front_current, ptr)))
+        return HAL_OK;
+    return free_slow(a, ptr);
 }
 
 /* Adds a stream that uses a live block (see hal_allocator.h). */
@@ -379,16 +421,27 @@ hal_status_t hal_allocator_record_stream(hal_allocator_t a, void *ptr, hal_strea
     hal_status_t st = HAL_OK;
     spin_lock(&a->lock);
     size_t i = ptr != NULL ? live_find(a, (uintptr_t)ptr) : SIZE_MAX;
-    if (i == SIZE_MAX) {
+    block_t *b = i != SIZE_MAX ? a->live[i].block : NULL;
+    if (b == NULL && (ptr == NULL || (b = ca_front_find(a, ptr, false)) == NULL)) {
         st = not_live(a, ptr, call);
         goto out_unlock;
     }
-    block_t *b = a->live[i].block;
     if (b->pool->stream == stream)
         goto out_unlock; /* stream order already protects it */
     for (uint32_t k = 0; k < b->nuses; k++) {
         if (b->uses[k].stream == stream)
             goto out_unlock;
+    }
+    if (b->state == BLOCK_FRONT) { /* a block with uses is freed through the lock */
+        if (!live_reserve(a)) {
+            st = hal_error(HAL_ERROR_OUT_OF_HOST_MEMORY, a->backend, call, "out of host memory");
+            goto out_unlock;
+        }
+        if (ca_front_find(a, ptr, true) == NULL) { /* its owner freed it meanwhile */
+            st = not_live(a, ptr, call);
+            goto out_unlock;
+        }
+        live_put(a, b);
     }
     if (b->nuses == b->cap_uses) {
         uint32_t cap = b->cap_uses ? b->cap_uses * 2 : 4;
@@ -416,6 +469,7 @@ hal_status_t hal_allocator_empty_cache(hal_allocator_t a)
     if (HAL_UNLIKELY(!device_live(a)))
         return ca_device_closed(a, call);
     spin_lock(&a->lock);
+    ca_front_drain_all(a);
     hal_status_t err = ca_sync_all(a);
     hal_status_t st = ca_release_free_segments(a);
     ca_pools_prune(a);

@@ -24,11 +24,22 @@
 #define FL_COUNT 52 /* sizes up to 2^63 bytes in 512-byte units */
 
 /* A parked block is a pool's most recently freed one, kept whole and out of the bins so that
- * the next request of its size on the stream takes it back without splitting or merging. */
-enum { BLOCK_ALLOCATED = 1, BLOCK_FREE = 2, BLOCK_HELD = 3, BLOCK_PARKED = 4, BLOCK_UNUSED = 5 };
+ * the next request of its size on the stream takes it back without splitting or merging. A
+ * front block belongs to a thread's front cache (caching_allocator_front.h): cached in one of
+ * its slots or handed out from it, which only that cache's ring tells; its state stays the same
+ * either way, so that the owner thread never writes it. */
+enum {
+    BLOCK_ALLOCATED = 1,
+    BLOCK_FREE = 2,
+    BLOCK_HELD = 3,
+    BLOCK_PARKED = 4,
+    BLOCK_UNUSED = 5,
+    BLOCK_FRONT = 6
+};
 
 struct pool;
 struct segment;
+struct front;
 
 typedef struct block_use {
     hal_stream_t stream; /* a stream passed to record_stream */
@@ -117,13 +128,19 @@ struct hal_allocator_s {
 
     block_t *held_head; /* freed blocks waiting for record_stream events */
 
+    struct front *fronts;      /* the threads' front caches of this allocator */
+    unsigned front_generation; /* ca_front_generation() at creation: differs in a child */
+
     hal_event_t *events; /* idle events */
     size_t nevents, cap_events;
 
     segment_t **segs; /* sorted by base */
     size_t nsegs, cap_segs;
 
-    uint64_t allocated, requested, reserved, peak_allocated, peak_reserved;
+    /* The statistics of the blocks outside front caches; ca_front_totals counts the rest.
+     * front_bytes: bytes in front caches (cached or handed out). The peak never falls below
+     * allocated + front_bytes (see caching_allocator_front.c). */
+    uint64_t allocated, requested, reserved, peak_allocated, peak_reserved, front_bytes;
     uint64_t alloc_count, free_count, segment_allocs, segment_frees, cache_hits, ooms;
     uint64_t active_blocks, cached_blocks, cached_bytes;
 
@@ -209,6 +226,40 @@ hal_status_t ca_release_free_segments(struct hal_allocator_s *a);
  * releases the cache and retries once. req: bytes asked for; size: rounded. */
 hal_status_t ca_alloc_slow(struct hal_allocator_s *a, pool_t *p, size_t req, size_t size,
                            block_t **out);
+/* ---- front caches (caching_allocator_front.c) ------------------------------------------------ */
+
+/* What the front caches add to the allocator's own statistics. */
+typedef struct front_totals {
+    uint64_t hits, frees;                       /* without the lock */
+    uint64_t live_blocks, allocated, requested; /* handed out */
+    uint64_t cached_blocks, cached_bytes, largest_cached;
+} front_totals_t;
+
+/* Bumped in a forked child, where the parent's front caches must not be touched. */
+unsigned ca_front_generation(void);
+/* Makes sure the calling thread has a front cache for stream (pool p), which becomes its
+ * current one; NULL without one (out of host memory). */
+struct front *ca_front_prepare(struct hal_allocator_s *a, hal_stream_t stream, pool_t *p);
+/* Caches a freed block b (already out of the allocator's books, without uses) in the calling
+ * thread's front cache for its pool; false when it has none or no room. */
+bool ca_front_enter(struct hal_allocator_s *a, block_t *b);
+/* The block at ptr handed out from a front cache, or NULL. With claim, it leaves the front cache
+ * for the allocator's books (state BLOCK_ALLOCATED, counted live, in no table). */
+block_t *ca_front_find(struct hal_allocator_s *a, const void *ptr, bool claim);
+/* Whether a BLOCK_FRONT block is handed out rather than cached (then with its requested size
+ * filled in). */
+bool ca_front_block_live(const struct hal_allocator_s *a, block_t *b);
+/* Returns every block cached in front caches to its pool. */
+void ca_front_drain_all(struct hal_allocator_s *a);
+/* Drains the front caches bound to stream (being destroyed) and unbinds them. */
+void ca_front_retire_stream(struct hal_allocator_s *a, hal_stream_t stream);
+/* Adds up what the front caches hold and did. */
+front_totals_t ca_front_totals(const struct hal_allocator_s *a);
+/* Raises the peak when allocated + front_bytes exceeds it (see caching_allocator_front.c). */
+void ca_front_raise_peak(struct hal_allocator_s *a);
+/* Detaches every front cache from the allocator, which is being destroyed; takes the lock. */
+void ca_front_detach_all(struct hal_allocator_s *a);
+
 /* Counts and reports a failed allocation (caching_allocator.c). */
 hal_status_t ca_out_of_memory(struct hal_allocator_s *a, size_t size, size_t segment,
                               const char *detail);

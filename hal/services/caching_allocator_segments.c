@@ -54,8 +54,11 @@ block_t *ca_find_containing(const struct hal_allocator_s *a, const void *ptr)
         return NULL;
     const char *p = ptr;
     for (block_t *b = a->segs[i]->first; b != NULL; b = b->next) {
-        if (p >= b->ptr && p < b->ptr + b->size)
-            return (b->state == BLOCK_ALLOCATED && p < b->ptr + b->requested) ? b : NULL;
+        if (p >= b->ptr && p < b->ptr + b->size) {
+            bool live = b->state == BLOCK_ALLOCATED ||
+                        (b->state == BLOCK_FRONT && ca_front_block_live(a, b));
+            return (live && p < b->ptr + b->requested) ? b : NULL;
+        }
     }
     return NULL;
 }
@@ -141,7 +144,9 @@ hal_status_t ca_alloc_slow(struct hal_allocator_s *a, pool_t *p, size_t req, siz
                            block_t **out)
 {
     block_t *b = NULL;
-    if (p->parked != NULL) {
+    if (p->parked != NULL || a->fronts != NULL) {
+        /* What front caches and parking keep unmerged may make up the block. */
+        ca_front_drain_all(a);
         unpark(a, p);
         b = ca_take(a, p, size);
     }
@@ -173,8 +178,10 @@ hal_status_t ca_alloc_slow(struct hal_allocator_s *a, pool_t *p, size_t req, siz
     if (detail[0] == '\0')
         return st; /* the allocator's own bookkeeping ran out of host memory */
 
-    /* Out of memory: wait for pending frees (which may free a fitting block), else give the
-     * cache back and retry once. */
+    /* Out of memory: take back what the threads' front caches hold (again: their owners return
+     * blocks to them without the lock), wait for pending frees (which may free a fitting
+     * block), else give the cache back and retry once. */
+    ca_front_drain_all(a);
     (void)ca_sync_all(a);
     b = ca_take(a, p, size);
     if (b != NULL) {

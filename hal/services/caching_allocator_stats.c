@@ -4,6 +4,7 @@
 
 #include "hal/hal.h"
 #include "hal/services/caching_allocator_bins.h"
+#include "hal/services/caching_allocator_front.h"
 #include "hal/services/caching_allocator_internal.h"
 #include "hal/src/service.h"
 
@@ -47,22 +48,27 @@ hal_status_t hal_allocator_get_stats(hal_allocator_t a, hal_allocator_stats_t *s
                          sizeof(hal_allocator_stats_t));
     hal_allocator_stats_t s = HAL_ALLOCATOR_STATS_INIT;
     spin_lock(&a->lock);
-    unpark_all(a); /* report the cache as coalesced */
-    s.allocated_bytes = a->allocated;
-    s.requested_bytes = a->requested;
+    ca_front_drain_all(a); /* report the cache as coalesced */
+    unpark_all(a);
+    front_totals_t ft = ca_front_totals(a);
+    s.allocated_bytes = a->allocated + ft.allocated;
+    s.requested_bytes = a->requested + ft.requested;
     s.reserved_bytes = a->reserved;
     s.peak_allocated_bytes = a->peak_allocated;
     s.peak_reserved_bytes = a->peak_reserved;
-    s.alloc_count = a->alloc_count;
-    s.free_count = a->free_count;
+    s.alloc_count = a->alloc_count + ft.hits;
+    s.free_count = a->free_count + ft.frees;
     s.segment_alloc_count = a->segment_allocs;
     s.segment_free_count = a->segment_frees;
-    s.cache_hits = a->cache_hits;
+    s.cache_hits = a->cache_hits + ft.hits;
     s.oom_count = a->ooms;
-    s.active_blocks = a->active_blocks;
-    s.cached_blocks = a->cached_blocks;
-    s.cached_bytes = a->cached_bytes;
-    size_t largest = pool_largest(a->neutral);
+    s.active_blocks = a->active_blocks + ft.live_blocks;
+    s.cached_blocks = a->cached_blocks + ft.cached_blocks;
+    s.cached_bytes = a->cached_bytes + ft.cached_bytes;
+    size_t largest = ft.largest_cached;
+    size_t neutral_largest = pool_largest(a->neutral);
+    if (neutral_largest > largest)
+        largest = neutral_largest;
     for (size_t i = 0; i < a->npools; i++) {
         size_t l = pool_largest(a->pools[i]);
         if (l > largest)
@@ -89,7 +95,8 @@ hal_status_t hal_allocator_reset_peak_stats(hal_allocator_t a)
     if (HAL_UNLIKELY(!device_live(a)))
         return ca_device_closed(a, call);
     spin_lock(&a->lock);
-    a->peak_allocated = a->allocated;
+    ca_front_drain_all(a); /* front_bytes is then what they handed out */
+    a->peak_allocated = a->allocated + a->front_bytes;
     a->peak_reserved = a->reserved;
     spin_unlock(&a->lock);
     return HAL_OK;
@@ -106,7 +113,9 @@ hal_status_t hal_allocator_get_block(hal_allocator_t a, const void *ptr, void **
     const block_t *b = NULL;
     if (ptr != NULL) {
         size_t i = live_find(a, (uintptr_t)ptr);
-        b = i != SIZE_MAX ? a->live[i].block : ca_find_containing(a, ptr);
+        b = i != SIZE_MAX ? a->live[i].block : ca_front_find(a, ptr, false);
+        if (b == NULL)
+            b = ca_find_containing(a, ptr);
     }
     void *found = b != NULL ? b->ptr : NULL;
     size_t requested = b != NULL ? b->requested : 0;

@@ -226,6 +226,7 @@ void ca_stream_retired(hal_stream_listener_t *listener, hal_stream_t stream)
 {
     struct hal_allocator_s *a = HAL_CONTAINER_OF(listener, struct hal_allocator_s, listener);
     spin_lock(&a->lock);
+    ca_front_retire_stream(a, stream); /* parks their blocks in the pool retired below */
     for (size_t i = 0; i < a->npools; i++) {
         pool_t *p = a->pools[i];
         if (p->stream != stream || p->retired)

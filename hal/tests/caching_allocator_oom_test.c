@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The caching allocator out of memory, on a cpu device limited to 8 MiB: it waits for pending
- * frees, releases its cached segments and retries once before it fails, also while other
- * threads destroy the streams it waits on. */
+ * frees, releases its cached segments (those other threads' front caches hold too) and retries
+ * once before it fails, also while other threads destroy the streams it waits on. */
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -93,6 +93,80 @@ out:
         hal_stream_destroy(s1);
     if (backend != NULL)
         hal_backend_close(backend);
+    return rc;
+}
+
+/* A thread that caches a freed 1 MiB block in its front cache, then waits until told to
+ * allocate again. */
+typedef struct front_holder {
+    hal_allocator_t alloc;
+    gate_t cached, again; /* opened by the holder, by the test */
+    hal_status_t first, second;
+} front_holder_t;
+
+static void *front_holder(void *arg)
+{
+    front_holder_t *h = arg;
+    void *p = NULL;
+    h->first = hal_allocator_alloc(h->alloc, 1 * MiB, NULL, &p);
+    if (h->first == HAL_OK)
+        h->first = hal_allocator_free(h->alloc, p);
+    gate_open(&h->cached);
+    gate_wait(HAL_OK, &h->again);
+    h->second = hal_allocator_alloc(h->alloc, 1 * MiB, NULL, &p);
+    if (h->second == HAL_OK)
+        h->second = hal_allocator_free(h->alloc, p);
+    return NULL;
+}
+
+/* Out of memory, the allocator takes back what the front caches of other (living) threads
+ * hold, and releases it. */
+CTEST(caching_allocator_oom, takes_back_what_front_caches_hold)
+{
+    int rc = CTEST_FAIL;
+    hal_backend_t backend = NULL;
+    hal_device_t dev = NULL;
+    front_holder_t h = { 0 };
+    pthread_t thread;
+    int started = 0;
+    void *big = NULL;
+    gate_init(&h.cached);
+    gate_init(&h.again);
+    CHECK_OK_GOTO(open_small_device(&backend, &dev), out);
+    CHECK_OK_GOTO(hal_allocator_create(dev, NULL, &h.alloc), out);
+    T_CHECK(pthread_create(&thread, NULL, front_holder, &h) == 0);
+    started = 1;
+    gate_wait(HAL_OK, &h.cached);
+    CHECK_OK_GOTO(h.first, out);
+
+    /* All 8 MiB: only if the holder's 2 MiB segment is released. */
+    CHECK_OK_GOTO(hal_allocator_alloc(h.alloc, 7 * MiB, NULL, &big), out);
+    hal_allocator_stats_t s = stats_of(h.alloc);
+    T_CHECK(s.reserved_bytes == 8 * MiB && s.segment_free_count == 1 && s.oom_count == 0);
+    CHECK_OK_GOTO(hal_allocator_free(h.alloc, big), out);
+    big = NULL;
+    /* The holder's front cache no longer has its block; it gets one anew. */
+    gate_open(&h.again);
+    pthread_join(thread, NULL);
+    started = 0;
+    CHECK_OK_GOTO(h.second, out);
+    s = stats_of(h.alloc);
+    T_CHECK(s.oom_count == 0 && s.active_blocks == 0 && s.alloc_count == 3);
+    T_CHECK(s.reserved_bytes == 2 * MiB && s.segment_alloc_count == 3);
+    rc = CTEST_PASS;
+out:
+    if (started) {
+        gate_open(&h.again);
+        pthread_join(thread, NULL);
+    }
+    if (h.alloc != NULL) {
+        hal_allocator_free(h.alloc, big);
+        hal_allocator_destroy(h.alloc);
+    }
+    if (backend != NULL)
+        hal_backend_close(backend);
+    gate_destroy(&h.cached);
+    gate_destroy(&h.again);
     return rc;
 }
 

@@ -5,7 +5,9 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "hal/tests/allocator_test_util.h"
 
@@ -1159,6 +1161,571 @@ out:
         if (streams[i] != NULL)
             hal_stream_destroy(streams[i]);
     }
+    fixture_close(&f);
+    return rc;
+}
+
+/* ---- front caches ------------------------------------------------------------------------- */
+
+/* Small blocks a thread frees come back to it from its front cache (caching_allocator_front.c):
+ * the same address, counted as cache hits, with no HAL call, and statistics as exact as for the
+ * blocks the lock hands out. */
+CTEST(caching_allocator, front_cache_hits_keep_exact_statistics)
+{
+    int rc = CTEST_FAIL;
+    fixture_t f;
+    hal_stream_t s1 = NULL;
+    void *p = NULL, *q = NULL, *big = NULL;
+    CHECK_OK_GOTO(fixture_open(&f, NULL), out);
+    CHECK_OK_GOTO(hal_stream_create(f.dev, 0, &s1), out);
+
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 300, s1, &p), out);
+    char *first = p;
+    CHECK_OK_GOTO(hal_allocator_free(f.alloc, p), out);
+    p = NULL;
+    hal_mem_stats_t dev_before = HAL_MEM_STATS_INIT;
+    CHECK_OK_GOTO(hal_device_get_mem_stats(f.dev, &dev_before), out);
+    for (int i = 0; i < 1000; i++) {
+        CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 300, s1, &p), out);
+        T_CHECK((char *)p == first);
+        CHECK_OK_GOTO(hal_allocator_free(f.alloc, p), out);
+        p = NULL;
+    }
+    hal_mem_stats_t dev_after = HAL_MEM_STATS_INIT;
+    CHECK_OK_GOTO(hal_device_get_mem_stats(f.dev, &dev_after), out);
+    T_CHECK(dev_after.total_alloc_calls == dev_before.total_alloc_calls);
+    hal_allocator_stats_t s = stats_of(f.alloc);
+    T_CHECK(s.alloc_count == 1001 && s.free_count == 1001 && s.cache_hits == 1000);
+    T_CHECK(s.active_blocks == 0 && s.allocated_bytes == 0 && s.requested_bytes == 0);
+    T_CHECK(s.cached_blocks == 1 && s.cached_bytes == 2 * MiB && s.segment_alloc_count == 1);
+
+    /* A block handed out by the front cache counts as allocated, with its requested size. */
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 300, s1, &p), out);
+    CHECK_OK_GOTO(hal_allocator_free(f.alloc, p), out);
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 200, s1, &p), out);
+    T_CHECK((char *)p == first);
+    s = stats_of(f.alloc);
+    T_CHECK(s.allocated_bytes == 512 && s.requested_bytes == 200 && s.active_blocks == 1);
+    T_CHECK(s.cached_blocks == 1 && s.cached_bytes == 2 * MiB - 512);
+    T_CHECK(s.alloc_count == 1003 && s.free_count == 1002);
+
+    /* The peak is what was allocated at once, not counting what front caches held: 8 KiB
+     * allocated while the 512-byte block sat in the front cache gives 8 KiB, not 8.5. */
+    CHECK_OK_GOTO(hal_allocator_free(f.alloc, p), out);
+    p = NULL;
+    CHECK_OK_GOTO(hal_allocator_reset_peak_stats(f.alloc), out);
+    T_CHECK(stats_of(f.alloc).peak_allocated_bytes == 0);
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 512, s1, &p), out);
+    CHECK_OK_GOTO(hal_allocator_free(f.alloc, p), out);
+    p = NULL;
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 8 * KiB, s1, &q), out);
+    CHECK_OK_GOTO(hal_allocator_free(f.alloc, q), out);
+    q = NULL;
+    for (int i = 0; i < 3; i++) { /* now from the front cache */
+        CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 512, s1, &p), out);
+        CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 8 * KiB, s1, &q), out);
+        CHECK_OK_GOTO(hal_allocator_free(f.alloc, p), out);
+        CHECK_OK_GOTO(hal_allocator_free(f.alloc, q), out);
+        p = q = NULL;
+    }
+    T_CHECK(stats_of(f.alloc).peak_allocated_bytes == 8 * KiB + 512);
+    CHECK_OK_GOTO(hal_allocator_reset_peak_stats(f.alloc), out);
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 8 * KiB, s1, &q), out);
+    CHECK_OK_GOTO(hal_allocator_free(f.alloc, q), out);
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 512, s1, &p), out);
+    CHECK_OK_GOTO(hal_allocator_free(f.alloc, p), out);
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 3 * MiB, s1, &big), out);
+    s = stats_of(f.alloc);
+    T_CHECK(s.peak_allocated_bytes == 4 * MiB); /* rounded to a 4 MiB segment, not split */
+    p = q = NULL;
+    rc = CTEST_PASS;
+out:
+    hal_allocator_free(f.alloc, p);
+    hal_allocator_free(f.alloc, q);
+    hal_allocator_free(f.alloc, big);
+    if (s1 != NULL)
+        hal_stream_destroy(s1);
+    fixture_close(&f);
+    return rc;
+}
+
+/* The argument checks and error statuses are the same whether or not a front cache could serve
+ * the call, and failed calls change nothing. */
+CTEST(caching_allocator, front_cache_keeps_the_checks)
+{
+    int rc = CTEST_FAIL;
+    fixture_t f;
+    hal_stream_t other = NULL;
+    void *p = NULL, *q = (void *)1, *base = NULL;
+    size_t size = 0;
+    CHECK_OK_GOTO(fixture_open(&f, NULL), out);
+    CHECK_OK_GOTO(hal_stream_create(f.dev1, 0, &other), out);
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 1000, NULL, &p), out);
+    char *cached = p;
+    CHECK_OK_GOTO(hal_allocator_free(f.alloc, p), out); /* now in the front cache */
+    p = NULL;
+    hal_allocator_stats_t before = stats_of(f.alloc);
+
+    CHECK_STATUS_GOTO(hal_allocator_alloc(f.alloc, 1000, NULL, NULL), HAL_ERROR_INVALID_ARGUMENT,
+                      out);
+    CHECK_STATUS_GOTO(hal_allocator_alloc(NULL, 1000, NULL, &q), HAL_ERROR_INVALID_HANDLE, out);
+    CHECK_STATUS_GOTO(hal_allocator_alloc(f.alloc, 1000, other, &q), HAL_ERROR_INVALID_ARGUMENT,
+                      out);
+    CHECK_MESSAGE_GOTO("another device", out);
+    T_CHECK(q == (void *)1);
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 0, NULL, &q), out);
+    T_CHECK(q == NULL);
+    CHECK_STATUS_GOTO(hal_allocator_free(f.alloc, cached), HAL_ERROR_INVALID_ARGUMENT, out);
+    CHECK_MESSAGE_GOTO("is not a live block", out);
+    CHECK_STATUS_GOTO(hal_allocator_free(NULL, cached), HAL_ERROR_INVALID_HANDLE, out);
+    CHECK_STATUS_GOTO(hal_allocator_get_block(f.alloc, cached, NULL, NULL), HAL_ERROR_NOT_FOUND,
+                      out);
+    hal_allocator_stats_t after = stats_of(f.alloc);
+    T_CHECK(memcmp(&before, &after, sizeof(before)) == 0);
+
+    /* A block handed out by the front cache: found by get_block, interior pointers refused. */
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 1000, NULL, &p), out);
+    T_CHECK((char *)p == cached);
+    CHECK_OK_GOTO(hal_allocator_get_block(f.alloc, (char *)p + 999, &base, &size), out);
+    T_CHECK(base == p && size == 1000);
+    CHECK_STATUS_GOTO(hal_allocator_get_block(f.alloc, (char *)p + 1000, NULL, NULL),
+                      HAL_ERROR_NOT_FOUND, out);
+    CHECK_STATUS_GOTO(hal_allocator_free(f.alloc, (char *)p + 512), HAL_ERROR_INVALID_ARGUMENT,
+                      out);
+    CHECK_MESSAGE_GOTO("interior pointer", out);
+    CHECK_OK_GOTO(hal_allocator_free(f.alloc, p), out);
+    CHECK_STATUS_GOTO(hal_allocator_free(f.alloc, p), HAL_ERROR_INVALID_ARGUMENT, out);
+    p = NULL;
+    rc = CTEST_PASS;
+out:
+    hal_allocator_free(f.alloc, p);
+    if (other != NULL)
+        hal_stream_destroy(other);
+    fixture_close(&f);
+    return rc;
+}
+
+/* A block in a front cache follows the rules of stream order: another stream does not get it
+ * while its stream may still use it, and record_stream holds it back. */
+CTEST(caching_allocator, front_cache_keeps_stream_order)
+{
+    int rc = CTEST_FAIL;
+    fixture_t f;
+    hal_stream_t s1 = NULL, s2 = NULL;
+    void *p = NULL, *q = NULL, *r = NULL;
+    gate_t gate1, gate2;
+    gate_init(&gate1);
+    gate_init(&gate2);
+    int gated1 = 0, gated2 = 0;
+    CHECK_OK_GOTO(fixture_open(&f, NULL), out);
+    CHECK_OK_GOTO(hal_stream_create(f.dev, 0, &s1), out);
+    CHECK_OK_GOTO(hal_stream_create(f.dev, 0, &s2), out);
+    CHECK_OK_GOTO(hal_stream_add_callback(s1, gate_wait, &gate1), out);
+    gated1 = 1;
+
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 4 * KiB, s1, &p), out);
+    char *first = p;
+    CHECK_OK_GOTO(hal_allocator_free(f.alloc, p), out);
+    p = NULL;
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 4 * KiB, s2, &q), out); /* s1 is still busy */
+    T_CHECK((char *)q != first);
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 4 * KiB, s1, &p), out);
+    T_CHECK((char *)p == first); /* stream order protects the reuse on s1 */
+
+    CHECK_OK_GOTO(hal_stream_add_callback(s2, gate_wait, &gate2), out);
+    gated2 = 1;
+    CHECK_OK_GOTO(hal_allocator_record_stream(f.alloc, p, s2), out);
+    CHECK_OK_GOTO(hal_allocator_free(f.alloc, p), out);
+    p = NULL;
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 4 * KiB, s1, &r), out);
+    T_CHECK((char *)r != first); /* held back for s2 */
+    gate_open(&gate1);
+    gate_open(&gate2);
+    gated1 = gated2 = 0;
+    CHECK_OK_GOTO(hal_allocator_free(f.alloc, r), out);
+    r = NULL;
+    hal_allocator_stats_t s = stats_of(f.alloc);
+    /* The held block and the rest of the segment, r merged into it. */
+    T_CHECK(s.active_blocks == 1 && s.allocated_bytes == 4 * KiB && s.cached_blocks == 2);
+    T_CHECK(s.cached_bytes == 2 * MiB - 4 * KiB);
+    CHECK_OK_GOTO(hal_allocator_empty_cache(f.alloc), out); /* waits for s2 */
+    s = stats_of(f.alloc);
+    T_CHECK(s.active_blocks == 1 && s.cached_blocks == 2 && s.reserved_bytes == 2 * MiB);
+    rc = CTEST_PASS;
+out:
+    if (gated1)
+        gate_open(&gate1);
+    if (gated2)
+        gate_open(&gate2);
+    hal_allocator_free(f.alloc, p);
+    hal_allocator_free(f.alloc, q);
+    hal_allocator_free(f.alloc, r);
+    if (s1 != NULL)
+        hal_stream_destroy(s1);
+    if (s2 != NULL)
+        hal_stream_destroy(s2);
+    fixture_close(&f);
+    gate_destroy(&gate1);
+    gate_destroy(&gate2);
+    return rc;
+}
+
+/* Destroying a stream empties the front caches bound to it; a block it handed out can still be
+ * freed, and then serves any stream. */
+CTEST(caching_allocator, front_cache_of_a_destroyed_stream)
+{
+    int rc = CTEST_FAIL;
+    fixture_t f;
+    hal_stream_t s1 = NULL;
+    void *p = NULL, *q = NULL;
+    CHECK_OK_GOTO(fixture_open(&f, NULL), out);
+    CHECK_OK_GOTO(hal_stream_create(f.dev, 0, &s1), out);
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 2 * KiB, s1, &p), out);
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 4 * KiB, s1, &q), out);
+    char *cached = p, *live = q;
+    CHECK_OK_GOTO(hal_allocator_free(f.alloc, p), out);
+    CHECK_OK_GOTO(hal_allocator_free(f.alloc, q), out);
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 4 * KiB, s1, &q), out); /* from the front cache */
+    T_CHECK((char *)q == live);
+    p = NULL;
+    CHECK_OK_GOTO(hal_stream_destroy(s1), out);
+    s1 = NULL;
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 2 * KiB, NULL, &p), out);
+    T_CHECK((char *)p == cached);
+    CHECK_OK_GOTO(hal_allocator_free(f.alloc, q), out);
+    q = NULL;
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 4 * KiB, NULL, &q), out);
+    T_CHECK((char *)q == live);
+    hal_allocator_stats_t s = stats_of(f.alloc);
+    T_CHECK(s.segment_alloc_count == 1 && s.active_blocks == 2 && s.allocated_bytes == 6 * KiB);
+    rc = CTEST_PASS;
+out:
+    hal_allocator_free(f.alloc, p);
+    hal_allocator_free(f.alloc, q);
+    if (s1 != NULL)
+        hal_stream_destroy(s1);
+    fixture_close(&f);
+    return rc;
+}
+
+/* A worker thread that waits at steps the test sets, running one action per step. */
+typedef struct worker {
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int step, done; /* step: set by the test (-1: exit); done: the last step finished */
+    hal_allocator_t alloc;
+    int hand_step; /* the step at which it leaves a block allocated for the test */
+    void *handed;  /* that block */
+    int failed;
+    void (*action)(struct worker *w, int step);
+} worker_t;
+
+static void *worker_main(void *arg)
+{
+    worker_t *w = arg;
+    for (int step = 1;; step++) {
+        pthread_mutex_lock(&w->lock);
+        while (w->step >= 0 && w->step < step)
+            pthread_cond_wait(&w->cond, &w->lock);
+        int stop = w->step < 0;
+        pthread_mutex_unlock(&w->lock);
+        if (stop)
+            return NULL;
+        w->action(w, step);
+        pthread_mutex_lock(&w->lock);
+        w->done = step;
+        pthread_cond_broadcast(&w->cond);
+        pthread_mutex_unlock(&w->lock);
+    }
+}
+
+static bool worker_start(worker_t *w, hal_allocator_t alloc, void (*action)(worker_t *, int))
+{
+    memset(w, 0, sizeof(*w));
+    pthread_mutex_init(&w->lock, NULL);
+    pthread_cond_init(&w->cond, NULL);
+    w->alloc = alloc;
+    w->action = action;
+    return pthread_create(&w->thread, NULL, worker_main, w) == 0;
+}
+
+/* Runs the worker's next step and waits for it; false if the step failed. */
+static bool worker_run(worker_t *w)
+{
+    pthread_mutex_lock(&w->lock);
+    int step = ++w->step;
+    pthread_cond_broadcast(&w->cond);
+    while (w->done < step)
+        pthread_cond_wait(&w->cond, &w->lock);
+    pthread_mutex_unlock(&w->lock);
+    return !w->failed;
+}
+
+/* Ends the worker's thread (it exits without any further call) and joins it. */
+static void worker_stop(worker_t *w)
+{
+    pthread_mutex_lock(&w->lock);
+    w->step = -1;
+    pthread_cond_broadcast(&w->cond);
+    pthread_mutex_unlock(&w->lock);
+    pthread_join(w->thread, NULL);
+    pthread_cond_destroy(&w->cond);
+    pthread_mutex_destroy(&w->lock);
+}
+
+/* Two 64 KiB allocate+free pairs per step (the first fills the front cache); step hand_step
+ * also leaves a block allocated from the front cache for the test. */
+static void cycle_action(worker_t *w, int step)
+{
+    void *p = NULL;
+    for (int i = 0; i < 2; i++) {
+        if (hal_allocator_alloc(w->alloc, 64 * KiB, NULL, &p) != HAL_OK ||
+            hal_allocator_free(w->alloc, p) != HAL_OK)
+            w->failed = 1;
+    }
+    if (step == w->hand_step && hal_allocator_alloc(w->alloc, 64 * KiB, NULL, &w->handed) != HAL_OK)
+        w->failed = 1;
+}
+
+/* empty_cache and the out-of-memory retry take back the blocks other threads' front caches
+ * hold, while those threads live; a thread's exit returns its front cache to the allocator. */
+CTEST(caching_allocator, front_caches_of_other_threads)
+{
+    int rc = CTEST_FAIL;
+    fixture_t f;
+    worker_t w;
+    int started = 0;
+    CHECK_OK_GOTO(fixture_open(&f, NULL), out);
+    T_CHECK(worker_start(&w, f.alloc, cycle_action));
+    started = 1;
+    w.hand_step = 3;
+
+    T_CHECK(worker_run(&w)); /* its 64 KiB block is now in its front cache */
+    hal_allocator_stats_t s = stats_of(f.alloc);
+    T_CHECK(s.reserved_bytes == 2 * MiB && s.alloc_count == 2 && s.free_count == 2);
+    CHECK_OK_GOTO(hal_allocator_empty_cache(f.alloc), out);
+    s = stats_of(f.alloc);
+    T_CHECK(s.reserved_bytes == 0 && s.cached_blocks == 0 && s.segment_free_count == 1);
+
+    /* Its front cache no longer has the block: it allocates anew. */
+    T_CHECK(worker_run(&w));
+    s = stats_of(f.alloc);
+    T_CHECK(s.segment_alloc_count == 2 && s.alloc_count == 4 && s.active_blocks == 0);
+
+    /* The thread exits with a block from its front cache still allocated: the block stays
+     * allocated and frees from here; the cached ones go back to the pool. */
+    T_CHECK(worker_run(&w));
+    worker_stop(&w);
+    started = 0;
+    s = stats_of(f.alloc);
+    T_CHECK(s.active_blocks == 1 && s.allocated_bytes == 64 * KiB && s.alloc_count == 7);
+    T_CHECK(s.cache_hits == 5 && s.free_count == 6);
+    void *base = NULL;
+    CHECK_OK_GOTO(hal_allocator_get_block(f.alloc, w.handed, &base, NULL), out);
+    T_CHECK(base == w.handed);
+    CHECK_OK_GOTO(hal_allocator_free(f.alloc, w.handed), out);
+    w.handed = NULL;
+    CHECK_OK_GOTO(hal_allocator_empty_cache(f.alloc), out);
+    s = stats_of(f.alloc);
+    T_CHECK(s.reserved_bytes == 0 && s.active_blocks == 0 && s.alloc_count == s.free_count);
+    rc = CTEST_PASS;
+out:
+    if (started)
+        worker_stop(&w);
+    if (f.alloc != NULL && w.handed != NULL)
+        hal_allocator_free(f.alloc, w.handed);
+    fixture_close(&f);
+    return rc;
+}
+
+/* Destroying an allocator detaches the front caches of threads that are still running; they
+ * then use other allocators (one may get the destroyed one's address) and exit cleanly. */
+CTEST(caching_allocator, destroy_detaches_front_caches)
+{
+    int rc = CTEST_FAIL;
+    fixture_t f;
+    worker_t w;
+    int started = 0;
+    hal_allocator_t second = NULL;
+    CHECK_OK_GOTO(fixture_open(&f, NULL), out);
+    T_CHECK(worker_start(&w, f.alloc, cycle_action));
+    started = 1;
+    T_CHECK(worker_run(&w));
+    CHECK_OK_GOTO(hal_allocator_destroy(f.alloc), out);
+    f.alloc = NULL;
+    hal_mem_stats_t ms = HAL_MEM_STATS_INIT;
+    CHECK_OK_GOTO(hal_device_get_mem_stats(f.dev, &ms), out);
+    T_CHECK(ms.device_allocations == 0);
+
+    for (int i = 0; i < 3; i++) {
+        CHECK_OK_GOTO(hal_allocator_create(f.dev, NULL, &second), out);
+        w.alloc = second;
+        T_CHECK(worker_run(&w));
+        CHECK_OK_GOTO(hal_allocator_destroy(second), out);
+        second = NULL;
+    }
+    rc = CTEST_PASS;
+out:
+    if (started)
+        worker_stop(&w);
+    if (second != NULL)
+        hal_allocator_destroy(second);
+    fixture_close(&f);
+    return rc;
+}
+
+/* ---- many threads through front caches ---------------------------------------------------- */
+
+#define FRONT_THREADS    8
+#define FRONT_ITERATIONS 2000
+
+typedef struct front_ctx {
+    hal_allocator_t alloc;
+    hal_stream_t stream; /* NULL: the default stream, shared */
+    unsigned id;
+    _Atomic(uint64_t *) *mailbox; /* blocks another thread frees */
+    atomic_int *failed;
+    atomic_int *running; /* threads not finished yet */
+} front_ctx_t;
+
+/* Frees a block after checking the words its owner wrote at its ends. */
+static void front_release(front_ctx_t *c, uint64_t *p, size_t words)
+{
+    if (p[0] != (uint64_t)(uintptr_t)p || p[words - 1] != ~(uint64_t)(uintptr_t)p) {
+        fprintf(stderr, "front: block %p was overwritten\n", (void *)p);
+        atomic_store(c->failed, 1);
+    }
+    if (hal_allocator_free(c->alloc, p) != HAL_OK) {
+        fprintf(stderr, "front: free: %s\n", hal_last_error_message());
+        atomic_store(c->failed, 1);
+    }
+}
+
+static void *front_thread(void *arg)
+{
+    static const size_t sizes[] = { 512, 4 * KiB, 64 * KiB };
+    front_ctx_t *c = arg;
+    uint64_t rng = 0x9E3779B97F4A7C15ull * (c->id + 1);
+    for (int it = 0; it < FRONT_ITERATIONS && !atomic_load(c->failed); it++) {
+        size_t words = sizes[xorshift(&rng) % 3] / 8;
+        uint64_t *p = NULL;
+        if (hal_allocator_alloc(c->alloc, words * 8, c->stream, (void **)&p) != HAL_OK) {
+            fprintf(stderr, "front: alloc: %s\n", hal_last_error_message());
+            atomic_store(c->failed, 1);
+            break;
+        }
+        p[0] = (uint64_t)(uintptr_t)p;
+        p[words - 1] = ~(uint64_t)(uintptr_t)p;
+        /* Now and then the next thread frees it (all 512-byte blocks: words is then 64). */
+        if (words == 64 && xorshift(&rng) % 8 == 0) {
+            uint64_t *prev = atomic_exchange(&c->mailbox[(c->id + 1) % FRONT_THREADS], p);
+            if (prev != NULL)
+                front_release(c, prev, 64);
+        } else {
+            front_release(c, p, words);
+        }
+        uint64_t *theirs = atomic_exchange(&c->mailbox[c->id], (uint64_t *)NULL);
+        if (theirs != NULL)
+            front_release(c, theirs, 64);
+    }
+    atomic_fetch_sub(c->running, 1);
+    return NULL;
+}
+
+/* Threads allocating and freeing through their front caches, some blocks freed by another
+ * thread, while the test reads statistics, resets the peak and empties the cache. */
+CTEST(caching_allocator, many_threads_through_front_caches)
+{
+    int rc = CTEST_FAIL;
+    fixture_t f;
+    hal_stream_t streams[2] = { NULL, NULL };
+    _Atomic(uint64_t *) mailbox[FRONT_THREADS];
+    atomic_int failed = 0, running = FRONT_THREADS;
+    front_ctx_t ctx[FRONT_THREADS];
+    pthread_t threads[FRONT_THREADS];
+    int started = 0;
+    for (int i = 0; i < FRONT_THREADS; i++)
+        atomic_init(&mailbox[i], NULL);
+    CHECK_OK_GOTO(fixture_open(&f, NULL), out);
+    CHECK_OK_GOTO(hal_stream_create(f.dev, 0, &streams[0]), out);
+    CHECK_OK_GOTO(hal_stream_create(f.dev, 0, &streams[1]), out);
+    for (int i = 0; i < FRONT_THREADS; i++) {
+        ctx[i] =
+            (front_ctx_t){ f.alloc, i < 4 ? streams[i % 2] : NULL, (unsigned)i, mailbox, &failed,
+                           &running };
+        T_CHECK(pthread_create(&threads[i], NULL, front_thread, &ctx[i]) == 0);
+        started++;
+    }
+    for (int i = 0; i < 20 || atomic_load(&running) > 0; i++) {
+        hal_allocator_stats_t s = stats_of(f.alloc);
+        T_CHECK(s.allocated_bytes <= s.reserved_bytes && s.cached_bytes <= s.reserved_bytes);
+        T_CHECK(s.peak_allocated_bytes <= s.peak_reserved_bytes);
+        CHECK_OK_GOTO(i % 2 ? hal_allocator_empty_cache(f.alloc)
+                            : hal_allocator_reset_peak_stats(f.alloc),
+                      out);
+    }
+    for (; started > 0; started--)
+        pthread_join(threads[started - 1], NULL);
+    for (int i = 0; i < FRONT_THREADS; i++) {
+        uint64_t *p = atomic_exchange(&mailbox[i], (uint64_t *)NULL);
+        if (p != NULL)
+            front_release(&ctx[0], p, 64);
+    }
+    T_CHECK(atomic_load(&failed) == 0);
+    hal_allocator_stats_t s = stats_of(f.alloc);
+    T_CHECK(s.active_blocks == 0 && s.allocated_bytes == 0 && s.requested_bytes == 0);
+    T_CHECK(s.alloc_count == FRONT_THREADS * FRONT_ITERATIONS && s.free_count == s.alloc_count);
+    CHECK_OK_GOTO(hal_allocator_empty_cache(f.alloc), out);
+    s = stats_of(f.alloc);
+    T_CHECK(s.reserved_bytes == 0 && s.cached_blocks == 0 && s.cached_bytes == 0);
+    rc = CTEST_PASS;
+out:
+    for (; started > 0; started--)
+        pthread_join(threads[started - 1], NULL);
+    for (int i = 0; i < 2; i++) {
+        if (streams[i] != NULL)
+            hal_stream_destroy(streams[i]);
+    }
+    fixture_close(&f);
+    return rc;
+}
+
+/* In a forked child the parent's allocator refuses every call, its front cache included, and
+ * the parent goes on using it. */
+CTEST(caching_allocator, fork_child_refuses_the_front_cache)
+{
+    int rc = CTEST_FAIL;
+    fixture_t f;
+    void *p = NULL, *q = NULL;
+    CHECK_OK_GOTO(fixture_open(&f, NULL), out);
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 4 * KiB, NULL, &p), out);
+    CHECK_OK_GOTO(hal_allocator_free(f.alloc, p), out);
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 4 * KiB, NULL, &p), out); /* from the front */
+    fflush(NULL);
+    pid_t pid = fork();
+    T_CHECK(pid >= 0);
+    if (pid == 0) {
+        int code = 0;
+        if (hal_allocator_free(f.alloc, p) != HAL_ERROR_INVALID_HANDLE)
+            code = 1;
+        else if (hal_allocator_alloc(f.alloc, 4 * KiB, NULL, &q) != HAL_ERROR_INVALID_HANDLE)
+            code = 2;
+        else if (hal_allocator_destroy(f.alloc) != HAL_OK)
+            code = 3;
+        _exit(code);
+    }
+    int wstatus = 0;
+    T_CHECK(waitpid(pid, &wstatus, 0) == pid);
+    T_CHECK(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0);
+    CHECK_OK_GOTO(hal_allocator_free(f.alloc, p), out);
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 4 * KiB, NULL, &q), out);
+    T_CHECK(q == p);
+    p = NULL;
+    rc = CTEST_PASS;
+out:
+    hal_allocator_free(f.alloc, p);
+    hal_allocator_free(f.alloc, q);
     fixture_close(&f);
     return rc;
 }
