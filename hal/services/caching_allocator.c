@@ -37,13 +37,13 @@
  * allocator does; waiters back off to sched_yield.
  *
  * In front of all this, each thread has a small front cache per allocator and stream
- * (caching_allocator_front.c): the small blocks it frees on the stream wait there, and the
- * same thread's next request of exactly their size on that stream takes them back without the
- * lock (one compare-exchange), as glibc's tcache does for malloc. The public alloc and free
- * try it first, inline, and leave everything else (the checks included) to alloc_slow and
- * free_slow. The locked paths find front blocks by scanning the front caches, and drain them
- * where the cache must show or give back everything: get_stats, empty_cache, out of memory, a
- * new peak, a destroyed stream, destroy.
+ * (caching_allocator_front.c): the blocks it frees on the stream wait there, and the same
+ * thread's next request of their size on that stream takes them back without the lock (one
+ * compare-exchange), as glibc's tcache does for malloc. The public alloc and free try it first,
+ * inline, and leave everything else (the checks included) to alloc_slow and free_slow. The
+ * locked paths find front blocks by scanning the front caches, and drain them where the cache
+ * must show or give back everything: a miss in the pools, get_stats, empty_cache, a new peak,
+ * reset_peak_stats, a destroyed stream, destroy.
  *
  * Files: this one is the front end (the public calls other than the statistics, the lock's slow
  * path, error reports); caching_allocator_bins.h/.c the block structs, bins, live table, pools;
@@ -318,12 +318,11 @@ alloc_slow(struct hal_allocator_s *a, size_t size, hal_stream_t stream, void **p
         return hal_error(HAL_ERROR_OUT_OF_HOST_MEMORY, a->backend, call,
                          "out of host memory for the allocator's bookkeeping");
     }
-    if (rsize <= SMALL_SIZE) { /* the block may come back to this thread's front cache */
-        front_t *f = ca_front_prepare(a, stream, p);
-        if (f != NULL && front_alloc(a, f, size, stream, ptr)) {
-            spin_unlock(&a->lock);
-            return HAL_OK;
-        }
+    /* The block may come back to this thread's front cache for the stream; or be there now. */
+    front_t *f = ca_front_prepare(a, stream, p);
+    if (f != NULL && front_alloc(a, f, size, stream, ptr)) {
+        spin_unlock(&a->lock);
+        return HAL_OK;
     }
     block_t *b = p->parked;
     if (HAL_LIKELY(b != NULL && parked_fits(a, b, rsize))) {

@@ -5,14 +5,20 @@
  *
  * Design
  * ------
- * A thread that allocates a small block (<= 1 MiB) through the lock gets a front cache for the
- * allocator and stream (at most FRONTS_PER_THREAD per allocator; then one is rebound). When it
- * frees a small block of that stream's pool through the lock, the block goes to a slot of its
- * front cache (chosen by size; state BLOCK_FRONT) instead of the pool. From then on a request
- * of exactly that rounded size on that stream takes the block without the lock (front_alloc)
- * and freeing it puts it back (front_free). A block reused on the stream it was freed on needs
- * no event, as in the pools. Front blocks count as users of their pool, so the pool outlives
- * them; a cache whose stream is destroyed is drained and unbound, and hits no more.
+ * A thread that allocates through the lock gets a front cache for the allocator and stream (at
+ * most FRONTS_PER_THREAD per allocator; then one is rebound). When it frees a block of that
+ * stream's pool through the lock, the block goes to a slot of its front cache (chosen by the
+ * rounded size it was requested with; state BLOCK_FRONT) instead of the pool, if that slot is
+ * free. From then on a request of that rounded size on that stream takes the block without the
+ * lock (front_alloc) and freeing it puts it back (front_free): the block served that request
+ * before, so it fits it by the pools' rules too (a large block may be larger than the request,
+ * never split). A block reused on the stream it was freed on needs no event, as in the pools.
+ * Front blocks count as users of their pool, so the pool outlives them; a cache whose stream
+ * is destroyed is drained and unbound, and hits no more.
+ *
+ * What front caches hold stays cached memory of the allocator: every allocation that misses
+ * the pools drains them before it looks further (ca_alloc_slow), so they never make the
+ * allocator obtain a segment; and they hold 32 blocks per thread and stream at most.
  *
  * The locked paths find front blocks by scanning the caches: a free or record_stream of a block
  * handed out from another thread's cache takes it out of the slot into the allocator's books
@@ -205,19 +211,6 @@ bool ca_front_block_live(const struct hal_allocator_s *a, block_t *b)
 
 /* ---- the owner, under the lock --------------------------------------------------------------- */
 
-/* Forgets the slots other threads emptied. */
-static void resync(front_t *f)
-{
-    for (unsigned i = 0; i < FRONT_SLOTS; i++) {
-        front_view_t *v = &f->view[i];
-        if (v->block == NULL || atomic_load_explicit(&f->slot[i], memory_order_relaxed) != 0)
-            continue;
-        f->held_bytes -= v->size;
-        f->live_mask &= ~(1u << i);
-        memset(v, 0, sizeof(*v));
-    }
-}
-
 static void unlink_front(struct hal_allocator_s *a, front_t *f)
 {
     if (f->prev != NULL)
@@ -269,7 +262,6 @@ static bool rebind(struct hal_allocator_s *a, front_t *f, hal_stream_t stream, p
         return false;
     memset(f->view, 0, sizeof(f->view));
     f->live_mask = 0;
-    f->held_bytes = 0;
     bind(f, stream, p);
     return true;
 }
@@ -317,8 +309,6 @@ front_t *ca_front_prepare(struct hal_allocator_s *a, hal_stream_t stream, pool_t
 
 bool ca_front_enter(struct hal_allocator_s *a, block_t *b)
 {
-    if (!b->small || b->size > SMALL_SIZE)
-        return false;
     front_t *f = ca_front_current;
     if (f == NULL || atomic_load_explicit(&f->allocator, memory_order_relaxed) != a ||
         f->pool != b->pool) {
@@ -330,16 +320,15 @@ bool ca_front_enter(struct hal_allocator_s *a, block_t *b)
         if (f == NULL)
             return false;
     }
-    unsigned i = front_slot_of(b->size);
-    if (f->view[i].block != NULL || f->held_bytes + b->size > FRONT_MAX_BYTES) {
-        resync(f);
-        if (f->view[i].block != NULL || f->held_bytes + b->size > FRONT_MAX_BYTES)
-            return false;
-    }
+    size_t request = (b->requested + MIN_BLOCK - 1) & ~(MIN_BLOCK - 1);
+    unsigned i = front_slot_of(request);
+    front_view_t *v = &f->view[i];
+    if (v->block != NULL && atomic_load_explicit(&f->slot[i], memory_order_relaxed) != 0)
+        return false;
+    f->live_mask &= ~(1u << i); /* in case another thread emptied it */
     b->state = BLOCK_FRONT;
     a->front_bytes += b->size;
-    f->view[i] = (front_view_t){ b, b->ptr, b->size, b->size };
-    f->held_bytes += b->size;
+    *v = (front_view_t){ b, b->ptr, request, request };
     atomic_store_explicit(&f->slot[i], (uintptr_t)b, memory_order_release);
     return true;
 }

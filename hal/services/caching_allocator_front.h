@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The caching allocator's front caches: per thread, per allocator and per stream, a few small
- * blocks that the thread hands out and takes back without the allocator's lock, the way glibc's
- * tcache serves malloc. This header holds the layout and the two inline fast paths;
+/* The caching allocator's front caches: per thread, per allocator and per stream, a few blocks
+ * that the thread hands out and takes back without the allocator's lock, the way glibc's tcache
+ * serves malloc. This header holds the layout and the two inline fast paths;
  * caching_allocator_front.c the rest (the design is described there).
  *
  * A slot holds one block (state BLOCK_FRONT) from the time it enters the front cache until it
@@ -20,18 +20,17 @@
 #include "hal/services/caching_allocator_internal.h"
 
 #define FRONT_SLOTS_LOG2  5
-#define FRONT_SLOTS       (1u << FRONT_SLOTS_LOG2) /* direct-mapped by size */
+#define FRONT_SLOTS       (1u << FRONT_SLOTS_LOG2) /* direct-mapped by request size */
 #define FRONT_LIVE        ((uintptr_t)1)           /* slot word: the block is handed out */
-#define FRONT_MAX_BYTES   ((size_t)2 << 20)        /* in the slots of one front cache */
 #define FRONTS_PER_THREAD 4 /* streams of one allocator a thread caches for at once */
 
 /* What the owner believes a slot holds. A slot it believes empty is empty; one it believes full
  * may have been emptied by another thread since. */
 typedef struct front_view {
-    block_t *block;     /* or NULL */
-    const char *ptr;    /* its address */
-    size_t size;        /* its size */
-    size_t cached_size; /* its size while cached (a hit may take it), 0 while handed out */
+    block_t *block;  /* or NULL */
+    const char *ptr; /* its address */
+    size_t request;  /* the rounded request it serves (its size, or less for a large block) */
+    size_t cached;   /* request while cached (a hit may take it), 0 while handed out */
 } front_view_t;
 
 typedef struct front {
@@ -41,7 +40,6 @@ typedef struct front {
     _Atomic(struct hal_allocator_s *) allocator;
     _Atomic(hal_stream_t) stream;
     uint32_t live_mask; /* owner: slots whose block it handed out */
-    size_t held_bytes;  /* owner: the sizes of the blocks in its view */
     /* Blocks taken back without the lock (one writer: the owner). Those handed out without it
      * are as many plus the ones handed out now; a block taken out of a slot by another thread
      * (ca_front_find) counts as handed out through the lock. */
@@ -96,20 +94,19 @@ static inline bool front_alloc(struct hal_allocator_s *a, front_t *f, size_t siz
     if (stream == NULL)
         stream = a->default_stream;
     /* A bound stream was checked when it was bound, and is unbound before it is destroyed. */
-    if (atomic_load_explicit(&f->stream, memory_order_relaxed) != stream || size - 1 >= SMALL_SIZE)
+    if (atomic_load_explicit(&f->stream, memory_order_relaxed) != stream || size - 1 >= MAX_REQUEST)
         return false;
     size_t rsize = (size + MIN_BLOCK - 1) & ~(MIN_BLOCK - 1);
     unsigned i = front_slot_of(rsize);
     front_view_t *v = &f->view[i];
-    if (v->cached_size != rsize)
+    if (v->cached != rsize)
         return false;
     uintptr_t cached = (uintptr_t)v->block;
-    v->cached_size = 0;
+    v->cached = 0;
     if (HAL_UNLIKELY(
             !atomic_compare_exchange_strong_explicit(&f->slot[i], &cached, cached | FRONT_LIVE,
                                                      memory_order_acquire, memory_order_relaxed))) {
         v->block = NULL; /* another thread drained it */
-        f->held_bytes -= v->size;
         return false;
     }
     f->live_mask |= 1u << i;
@@ -138,11 +135,10 @@ static inline bool front_free(struct hal_allocator_s *a, front_t *f, const void 
     if (HAL_UNLIKELY(atomic_load_explicit(&f->slot[i], memory_order_relaxed) !=
                      (cached | FRONT_LIVE))) {
         v->block = NULL; /* another thread took it out (record_stream) */
-        f->held_bytes -= v->size;
         return false;
     }
     front_count(&f->frees);
-    v->cached_size = v->size;
+    v->cached = v->request;
     atomic_store_explicit(&f->slot[i], cached, memory_order_release);
     return true;
 }

@@ -1167,8 +1167,8 @@ out:
 
 /* ---- front caches ------------------------------------------------------------------------- */
 
-/* Small blocks a thread frees come back to it from its front cache (caching_allocator_front.c):
- * the same address, counted as cache hits, with no HAL call, and statistics as exact as for the
+/* Blocks a thread frees come back to it from its front cache (caching_allocator_front.c): the
+ * same address, counted as cache hits, with no HAL call, and statistics as exact as for the
  * blocks the lock hands out. */
 CTEST(caching_allocator, front_cache_hits_keep_exact_statistics)
 {
@@ -1238,6 +1238,23 @@ CTEST(caching_allocator, front_cache_hits_keep_exact_statistics)
     s = stats_of(f.alloc);
     T_CHECK(s.peak_allocated_bytes == 4 * MiB); /* rounded to a 4 MiB segment, not split */
     p = q = NULL;
+
+    /* A large block serves the request it served before, whole, from the front cache. */
+    char *large = big;
+    CHECK_OK_GOTO(hal_allocator_free(f.alloc, big), out);
+    big = NULL;
+    CHECK_OK_GOTO(hal_device_get_mem_stats(f.dev, &dev_before), out);
+    for (int i = 0; i < 3; i++) {
+        CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 3 * MiB - 100, s1, &big), out);
+        T_CHECK((char *)big == large);
+        CHECK_OK_GOTO(hal_allocator_free(f.alloc, big), out);
+        big = NULL;
+    }
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 3 * MiB, s1, &big), out);
+    s = stats_of(f.alloc);
+    T_CHECK((char *)big == large && s.allocated_bytes == 4 * MiB && s.requested_bytes == 3 * MiB);
+    CHECK_OK_GOTO(hal_device_get_mem_stats(f.dev, &dev_after), out);
+    T_CHECK(dev_after.total_alloc_calls == dev_before.total_alloc_calls);
     rc = CTEST_PASS;
 out:
     hal_allocator_free(f.alloc, p);

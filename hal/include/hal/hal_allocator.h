@@ -4,11 +4,11 @@
  * One allocator serves one device and one memory kind. It carves blocks out of segments it
  * obtains with hal_mem_alloc, keeps freed blocks cached per stream, splits and coalesces them,
  * and reuses a block freed on stream A for stream B only after an event recorded on A proves
- * that A's earlier work is done. A few small blocks that a thread frees (each up to 1 MiB,
- * 2 MiB in all per thread and stream) wait in a cache of that thread's for its next request
- * of the same size on the same stream; statistics count them as cached, and empty_cache,
- * get_stats, reset_peak_stats and an allocation out of memory take them back. Works over every
- * backend. */
+ * that A's earlier work is done. A few blocks that a thread frees (up to 32 per thread and
+ * stream) wait in a cache of that thread's for its next request of the same size on the same
+ * stream; statistics count them as cached, and an allocation the rest of the cache cannot
+ * serve, empty_cache, get_stats and reset_peak_stats take them back. Works over every backend.
+ */
 #ifndef HAL_ALLOCATOR_H
 #define HAL_ALLOCATOR_H
 
