@@ -83,9 +83,9 @@ static inline bool front_of(const front_t *f, struct hal_allocator_s *a)
 }
 
 /* Hands out the block the calling thread's front cache f holds for `size` bytes on `stream`
- * (NULL: the default stream), if it caches one of exactly the rounded size. Returns false when
- * it does not, or when any argument would need a closer look: the caller takes the slow path,
- * which checks them all. */
+ * (NULL: the default stream), if it caches one that served a request of the same rounded size.
+ * Returns false when it does not, or when any argument would need a closer look: the caller
+ * takes the slow path, which checks them all. */
 static inline bool front_alloc(struct hal_allocator_s *a, front_t *f, size_t size,
                                hal_stream_t stream, void **ptr)
 {
