@@ -21,15 +21,10 @@ static const char *const kind_names[] = {
     [HAL_ENGINE_BARRIER] = "hal_barrier",
 };
 
-/* A checked operation, ready to enqueue. */
-typedef struct comm_call {
-    struct hal_comm_s *comm;
-    struct hal_stream_s *stream;
-    hal_engine_op_t op;
-    hal_backend_ptr_t send, recv; /* resolved buffers (ptr NULL when not used) */
-    size_t send_bytes, recv_bytes;
-    bool reads_send, writes_recv; /* on this rank */
-} comm_call_t;
+const char *hal_comm_call_name(hal_engine_kind_t kind)
+{
+    return kind_names[kind];
+}
 
 /* ---- argument checks ---- */
 
@@ -210,12 +205,10 @@ typedef struct comm_job {
     hal_engine_op_t ops[];
 } comm_job_t;
 
-/* Runs on the stream (host function): the collective itself. */
-static hal_status_t run_job(void *arg, hal_status_t stream_status)
+hal_status_t hal_comm_job_begin(struct hal_comm_s *comm, const hal_engine_op_t *first, size_t n,
+                                hal_status_t stream_status, hal_host_collective_t *info)
 {
-    comm_job_t *job = arg;
-    struct hal_comm_s *comm = job->comm;
-    const char *call = kind_names[job->ops[0].kind];
+    const char *call = kind_names[first->kind];
     hal_status_t st = hal_comm_wait_init(comm);
     if (st == HAL_OK)
         st = hal_comm_sticky(comm, call);
@@ -231,35 +224,50 @@ static hal_status_t run_job(void *arg, hal_status_t stream_status)
     /* Layers (HAL_LAYERS) see the collective here, where it runs; one that fails it (an injected
      * fault) fails it for this rank, and its peers learn it from the abort. */
     struct hal_backend_s *backend = comm->device->backend;
-    const hal_engine_op_t *first = &job->ops[0];
-    hal_host_collective_t layer_info = { .name = call,
-                                         .ops = job->n,
-                                         .rank = comm->rank,
-                                         .nranks = comm->nranks,
-                                         .device_index = comm->device->index,
-                                         .device = comm->device->impl,
-                                         .count = first->count,
-                                         .dtype = first->dtype,
-                                         .op = first->op,
-                                         .root = first->root };
+    *info = (hal_host_collective_t){ .name = call,
+                                     .ops = n,
+                                     .rank = comm->rank,
+                                     .nranks = comm->nranks,
+                                     .device_index = comm->device->index,
+                                     .device = comm->device->impl,
+                                     .count = first->count,
+                                     .dtype = first->dtype,
+                                     .op = first->op,
+                                     .root = first->root };
     if (st == HAL_OK && backend->layers) {
-        st = hal_layers_collective_begin(backend, &layer_info);
+        st = hal_layers_collective_begin(backend, info);
         if (st != HAL_OK) {
             hal_comm_latch(comm, st);
             hal_engine_abort(comm->engine);
         }
     }
+    return st;
+}
+
+void hal_comm_job_end(struct hal_comm_s *comm, const hal_host_collective_t *info, hal_status_t st)
+{
+    struct hal_backend_s *backend = comm->device->backend;
+    if (backend->layers)
+        hal_layers_collective_end(backend, info, st);
+    if (st != HAL_OK)
+        hal_host_set_error("%s", hal_last_error_message()); /* kept with the stream's error */
+    hal_comm_job_finished(comm);
+}
+
+/* Runs on the stream (host function): the collective itself. */
+static hal_status_t run_job(void *arg, hal_status_t stream_status)
+{
+    comm_job_t *job = arg;
+    struct hal_comm_s *comm = job->comm;
+    hal_host_collective_t layer_info;
+    hal_status_t st = hal_comm_job_begin(comm, &job->ops[0], job->n, stream_status, &layer_info);
     if (st == HAL_OK) {
         st = hal_engine_run(comm->engine, job->ops, job->n);
         if (st != HAL_OK)
             hal_comm_latch(comm, st);
     }
-    if (backend->layers)
-        hal_layers_collective_end(backend, &layer_info, st);
-    if (st != HAL_OK)
-        hal_host_set_error("%s", hal_last_error_message()); /* kept with the stream's error */
     free(job);
-    hal_comm_job_finished(comm);
+    hal_comm_job_end(comm, &layer_info, st);
     return st;
 }
 

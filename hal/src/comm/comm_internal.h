@@ -4,6 +4,7 @@
 #ifndef HAL_SRC_COMM_COMM_INTERNAL_H
 #define HAL_SRC_COMM_COMM_INTERNAL_H
 
+#include "hal/layers/layer.h"
 #include "hal/src/comm/bootstrap.h"
 #include "hal/src/comm/engine.h"
 #include "hal/src/core.h"
@@ -61,6 +62,16 @@ struct hal_comm_s {
 
 #define HAL_CHECK_COMM(h, call) HAL_CHECK_HANDLE(h, HAL_MAGIC_COMM, "hal_comm_t", call)
 
+/* A checked operation, ready to enqueue (comm_collectives.c's prepare). */
+typedef struct comm_call {
+    struct hal_comm_s *comm;
+    struct hal_stream_s *stream;
+    hal_engine_op_t op;
+    hal_backend_ptr_t send, recv; /* resolved buffers (ptr NULL when not used) */
+    size_t send_bytes, recv_bytes;
+    bool reads_send, writes_recv; /* on this rank */
+} comm_call_t;
+
 /* Latches the first error on the communicator (with the current last-error message). */
 void hal_comm_latch(struct hal_comm_s *comm, hal_status_t st);
 /* Returns the latched status, re-raising its message as this thread's last error. */
@@ -76,5 +87,18 @@ void hal_comm_note_native(struct hal_comm_s *comm, struct hal_stream_s *stream);
 /* Bookkeeping of host jobs, for finalize and destroy. */
 void hal_comm_job_started(struct hal_comm_s *comm);
 void hal_comm_job_finished(struct hal_comm_s *comm);
+
+/* The public function's name of an operation kind ("hal_allreduce"). */
+const char *hal_comm_call_name(hal_engine_kind_t kind);
+
+/* Opens a host job when its stream reaches it (n operations, the first one `first`): waits for
+ * the init, checks the communicator's sticky error and the stream's, and reports the job to the
+ * layers (filling *info for hal_comm_job_end). A failure of the stream or of a layer is latched
+ * on the communicator and aborts the engine, so peers stop; the status is returned. */
+hal_status_t hal_comm_job_begin(struct hal_comm_s *comm, const hal_engine_op_t *first, size_t n,
+                                hal_status_t stream_status, hal_host_collective_t *info);
+/* Closes it: reports the outcome to the layers, keeps a failure's message with the stream's
+ * error, and counts the job finished (the caller must not touch the communicator afterwards). */
+void hal_comm_job_end(struct hal_comm_s *comm, const hal_host_collective_t *info, hal_status_t st);
 
 #endif /* HAL_SRC_COMM_COMM_INTERNAL_H */
