@@ -283,12 +283,14 @@ typedef struct staging {
     void *recv_view; /* where the engine leaves the result inside block */
 } staging_t;
 
-/* Enqueues the copies into staging before the host function. In-place operations stage one
+/* Enqueues the copies into staging before the host function. Only device memory is staged:
+ * the engine works on host memory (pinned or shared) where it is. In-place operations stage one
  * region covering both buffers, so the engine sees the same aliasing as the caller. */
 static hal_status_t stage_in(comm_call_t *c, hal_engine_op_t *op, staging_t *stage)
 {
     struct hal_comm_s *comm = c->comm;
-    const char *s = c->send.ptr, *r = c->recv.ptr;
+    const char *s = c->send.kind == HAL_MEM_KIND_DEVICE ? c->send.ptr : NULL;
+    const char *r = c->recv.kind == HAL_MEM_KIND_DEVICE ? c->recv.ptr : NULL;
     const char *lo = s && r ? (s < r ? s : r) : (s ? s : r);
     if (!lo)
         return HAL_OK;
@@ -299,13 +301,15 @@ static hal_status_t stage_in(comm_call_t *c, hal_engine_op_t *op, staging_t *sta
     HAL_CHECK(hal_allocator_alloc(comm->staging, bytes, c->stream, &stage->block));
     char *block = stage->block;
     if (overlap || !s || !r) {
-        op->sendbuf = s ? block + (s - lo) : NULL;
-        op->recvbuf = r ? block + (r - lo) : NULL;
+        if (s)
+            op->sendbuf = block + (s - lo);
+        if (r)
+            op->recvbuf = block + (r - lo);
     } else { /* two separate regions: send first, then receive */
         op->sendbuf = block;
         op->recvbuf = block + c->send_bytes;
     }
-    stage->recv_view = op->recvbuf;
+    stage->recv_view = r ? op->recvbuf : NULL;
     hal_status_t st = HAL_OK;
     if (s && c->reads_send)
         st = hal_memcpy_async((void *)op->sendbuf, s, c->send_bytes, c->stream);
