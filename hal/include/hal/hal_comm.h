@@ -20,14 +20,27 @@
  *
  * Backends may implement collectives natively, call by call; what a backend leaves out the HAL
  * runs itself on the host: over shared memory between ranks on one host (in place for
- * host-addressable devices, staged through pinned host memory otherwise) and TCP across hosts.
+ * host-addressable devices and host memory, staged through pinned host memory otherwise) and TCP
+ * across hosts. A staged collective larger than one staging chunk is pipelined: cut by element
+ * ranges into chunks whose device-to-host copies, exchange and reduction, and host-to-device
+ * copies overlap, with bit-identical results (every element is reduced over the ranks in rank
+ * order either way). It stays one operation of its stream; it also waits for the pipelined
+ * collectives enqueued before it on the same communicator, so a stream must not wait (through an
+ * event) for a collective enqueued later on that communicator. Every rank of a communicator must
+ * cut alike: its ranks run on devices that are all host-addressable or all not, with the same
+ * HAL_COMM_STAGING_CHUNK (a rank that cuts differently fails the collective with
+ * HAL_ERROR_INVALID_ARGUMENT, as for a count mismatch).
+ *
  * On a backend with native collectives, a collective issued while its communicator's
  * non-blocking init still runs waits for the init to finish: only then is it known which of
  * the two runs it.
  *
  * Environment: HAL_COMM_BIND (address the bootstrap listens on; default 127.0.0.1),
  * HAL_COMM_TIMEOUT_MS (default timeout when the config gives none; default 300000),
- * HAL_COMM_SHM_DISABLE=1 (ranks on one host talk TCP as if on different hosts; for tests). */
+ * HAL_COMM_SHM_DISABLE=1 (ranks on one host talk TCP as if on different hosts; for tests),
+ * HAL_COMM_STAGING_CHUNK (bytes staged per pipelined chunk, 4096 to 2^30, default 1048576; 0
+ * turns the pipeline off; read by hal_comm_init, which rejects another value with
+ * HAL_ERROR_INVALID_ARGUMENT). */
 #ifndef HAL_COMM_H
 #define HAL_COMM_H
 
@@ -129,9 +142,9 @@ HAL_API hal_status_t hal_comm_get_unique_id(uint32_t flags, hal_unique_id_t *id)
  * [out] comm    receives the communicator.
  * Returns: HAL_OK; HAL_IN_PROGRESS (non-blocking config); HAL_ERROR_INVALID_HANDLE;
  * HAL_ERROR_INVALID_ARGUMENT (NULL id or comm, bad ranks, malformed id, bad config, a rank
- * already taken); HAL_ERROR_PERMISSION_DENIED (a peer failed authentication);
- * HAL_ERROR_TIMEOUT; HAL_ERROR_REMOTE (a peer failed during the rendezvous);
- * HAL_ERROR_OUT_OF_HOST_MEMORY.
+ * already taken, a bad HAL_COMM_TIMEOUT_MS or HAL_COMM_STAGING_CHUNK);
+ * HAL_ERROR_PERMISSION_DENIED (a peer failed authentication); HAL_ERROR_TIMEOUT;
+ * HAL_ERROR_REMOTE (a peer failed during the rendezvous); HAL_ERROR_OUT_OF_HOST_MEMORY.
  * Thread safety: safe; ranks of one process call it from different threads. */
 HAL_API hal_status_t hal_comm_init(const hal_unique_id_t *id, int nranks, int rank,
                                    hal_device_t device, const hal_comm_config_t *config,

@@ -386,6 +386,8 @@ hal_status_t hal_comm_init(const hal_unique_id_t *id, int nranks, int rank, hal_
     uint32_t timeout = config && config->timeout_ms ? config->timeout_ms : 0;
     if (!timeout)
         HAL_CHECK(default_timeout(&timeout, call));
+    size_t pipe_chunk;
+    HAL_CHECK(hal_comm_pipeline_chunk(call, &pipe_chunk));
 
     struct hal_comm_s *comm = hal_handle_alloc(sizeof(*comm));
     if (!comm)
@@ -395,6 +397,7 @@ hal_status_t hal_comm_init(const hal_unique_id_t *id, int nranks, int rank, hal_
     comm->nranks = nranks;
     comm->rank = rank;
     comm->timeout_ms = timeout;
+    comm->pipe_chunk = pipe_chunk;
     comm->host_addressable = device->props.host_addressable != 0;
     comm->use_ipc = comm->host_addressable && (device->props.capabilities & HAL_DEVICE_CAP_IPC) &&
                     ops->mem_ipc_export && ops->mem_ipc_open && ops->mem_ipc_close;
@@ -530,6 +533,7 @@ static hal_status_t destroy_comm(struct hal_comm_s *comm, const char *call)
     hal_status_t st = hal_comm_sticky(comm, call);
     if (st == HAL_ERROR_ABORTED)
         st = HAL_OK; /* an abort the application asked for is not a failure of destroy */
+    hal_comm_pipeline_destroy(comm);
     if (comm->staging)
         hal_allocator_destroy(comm->staging);
     if (comm->native && comm->ops->comm_destroy)

@@ -345,6 +345,8 @@ static void export_ipc(struct hal_comm_s *comm, const comm_call_t *c, hal_engine
 /* Enqueues calls[0..n) (same communicator and stream) as one host job. */
 static hal_status_t enqueue_host(comm_call_t *calls, size_t n)
 {
+    if (n == 1 && hal_comm_pipeline_takes(&calls[0]))
+        return hal_comm_pipeline_enqueue(&calls[0]);
     struct hal_comm_s *comm = calls[0].comm;
     struct hal_stream_s *stream = calls[0].stream;
     const char *call = kind_names[calls[0].op.kind];

@@ -26,6 +26,9 @@ typedef struct comm_ipc_mapping {
     void *cookie;
 } comm_ipc_mapping_t;
 
+/* The staging pipeline of a communicator (comm_pipeline.c). */
+typedef struct comm_pipe comm_pipe_t;
+
 struct hal_comm_s {
     hal_object_t obj;
     const hal_backend_ops_t *ops;
@@ -44,6 +47,8 @@ struct hal_comm_s {
     hal_engine_ipc_t ipc;
     void *native;            /* the backend's communicator, when it has comm_init */
     hal_allocator_t staging; /* pinned staging for devices the host cannot address */
+    size_t pipe_chunk;       /* staged bytes per pipelined chunk (HAL_COMM_STAGING_CHUNK); 0: off */
+    comm_pipe_t *pipe;       /* made by the first pipelined collective (under lock) */
 
     pthread_mutex_t lock; /* guards everything below (some fields also read atomically) */
     pthread_cond_t cond;
@@ -100,5 +105,22 @@ hal_status_t hal_comm_job_begin(struct hal_comm_s *comm, const hal_engine_op_t *
 /* Closes it: reports the outcome to the layers, keeps a failure's message with the stream's
  * error, and counts the job finished (the caller must not touch the communicator afterwards). */
 void hal_comm_job_end(struct hal_comm_s *comm, const hal_host_collective_t *info, hal_status_t st);
+
+/* ---- the staging pipeline (comm_pipeline.c) ---- */
+
+/* HAL_COMM_STAGING_CHUNK, or the default chunk size: staged bytes per chunk, 0 to turn the
+ * pipeline off. Returns HAL_OK or HAL_ERROR_INVALID_ARGUMENT (message set, naming `call`). */
+hal_status_t hal_comm_pipeline_chunk(const char *call, size_t *chunk);
+/* Whether the pipeline runs this call: a collective on a device the host cannot address that
+ * spans more than one chunk, on a backend with host functions. The answer depends only on the
+ * call's kind, count and type and the communicator's chunk size (not on the memory kinds of its
+ * buffers, which peers do not know), so every rank decides alike. */
+bool hal_comm_pipeline_takes(const comm_call_t *c);
+/* Enqueues the call through the pipeline. Returns HAL_OK, HAL_ERROR_OUT_OF_HOST_MEMORY or the
+ * status of an enqueue the backend refused (the communicator is then failed and its engine
+ * aborted, as a partial enqueue cannot be taken back). Thread safety: as any collective. */
+hal_status_t hal_comm_pipeline_enqueue(const comm_call_t *c);
+/* Releases the pipeline (its streams drain first). Destroy only, after the last host job. */
+void hal_comm_pipeline_destroy(struct hal_comm_s *comm);
 
 #endif /* HAL_SRC_COMM_COMM_INTERNAL_H */
