@@ -6,8 +6,10 @@
  * collectives). Ranks are threads of this process, on NeuronCores of the emulator; inputs are
  * exact (small integers), results compared bit for bit. hal_comm_get_native_handle tells the
  * paths apart: the runtime's communicator, or HAL_ERROR_UNSUPPORTED where the HAL runs them. */
+#include <dlfcn.h>
 #include <stdlib.h>
 
+#include "hal_backends/trainium/emulator/nrt_emu.h"
 #include "hal_backends/trainium/nrt/nrt_abi.h"
 #include "hal_backends/trainium/tests/trn_test_util.h"
 
@@ -640,5 +642,393 @@ CTEST(TrnComm, DisagreeingRanksFailAlike)
     static const uint32_t cores[] = { 0, 1 };
     CTEST_EXPECT(run_ranks(b, 2, cores, disagree_rank, NULL) == 2);
     EXPECT_OK(hal_backend_close(b));
+    return CTEST_PASS;
+}
+
+/* ---- the host-staged pipeline ---------------------------------------------------------------- */
+
+/* Staged bytes per chunk in these tests (HAL_COMM_STAGING_CHUNK): small, so that a few hundred
+ * KiB span several chunks. */
+#define PIPE_CHUNK       "65536"
+#define PIPE_CHUNK_BYTES 65536u
+
+typedef enum pipe_kind {
+    PK_ALLREDUCE,
+    PK_BROADCAST,
+    PK_REDUCE,
+    PK_ALLGATHER,
+    PK_REDUCE_SCATTER,
+    PK_ALLTOALL,
+    PK_COUNT
+} pipe_kind_t;
+
+static const char *const pipe_kind_names[PK_COUNT] = {
+    "all-reduce", "broadcast", "reduce", "all-gather", "reduce-scatter", "all-to-all",
+};
+
+/* The kinds whose buffers hold one block of `count` elements per rank (send, receive). */
+static bool send_blocked(pipe_kind_t k)
+{
+    return k == PK_REDUCE_SCATTER || k == PK_ALLTOALL;
+}
+
+static bool recv_blocked(pipe_kind_t k)
+{
+    return k == PK_ALLGATHER || k == PK_ALLTOALL;
+}
+
+static hal_status_t pipe_issue(rank_ctx_t *r, pipe_kind_t k, const void *send, void *recv,
+                               size_t count, hal_dtype_t t)
+{
+    hal_comm_t c = r->comm;
+    hal_stream_t s = r->stream;
+    switch (k) {
+    case PK_ALLREDUCE:
+        return hal_allreduce(send, recv, count, t, HAL_REDOP_SUM, c, s);
+    case PK_BROADCAST:
+        return hal_broadcast(send, recv, count, t, r->nranks - 1, c, s);
+    case PK_REDUCE:
+        return hal_reduce(send, recv, count, t, HAL_REDOP_SUM, 1, c, s);
+    case PK_ALLGATHER:
+        return hal_allgather(send, recv, count, t, c, s);
+    case PK_REDUCE_SCATTER:
+        return hal_reduce_scatter(send, recv, count, t, HAL_REDOP_SUM, c, s);
+    default:
+        return hal_alltoall(send, recv, count, t, c, s);
+    }
+}
+
+/* Element i of the result of kind k on this rank (rank p's input element j is value(t, p, j)). */
+static double pipe_expected(const rank_ctx_t *r, pipe_kind_t k, hal_dtype_t t, size_t count,
+                            size_t i)
+{
+    int n = r->nranks, p = (int)(i / count);
+    switch (k) {
+    case PK_ALLREDUCE:
+    case PK_REDUCE:
+        return reduced(t, HAL_REDOP_SUM, n, i);
+    case PK_BROADCAST:
+        return value(t, n - 1, i);
+    case PK_ALLGATHER:
+        return value(t, p, i % count);
+    case PK_REDUCE_SCATTER:
+        return reduced(t, HAL_REDOP_SUM, n, (size_t)r->rank * count + i);
+    default:
+        return value(t, p, (size_t)r->rank * count + i % count);
+    }
+}
+
+/* One case: inputs uploaded from pinned memory, the collective, the result downloaded and
+ * compared element by element. In place as NCCL defines it: the same buffer, this rank's block of
+ * the receive buffer (all-gather) or of the send buffer (reduce-scatter). */
+static void pipe_case(rank_ctx_t *r, pipe_kind_t k, hal_dtype_t t, size_t count, bool in_place,
+                      unsigned char *host, unsigned char *a, unsigned char *b)
+{
+    const size_t es = esize(t), nr = (size_t)r->nranks, me = (size_t)r->rank;
+    size_t ns = send_blocked(k) ? nr * count : count, nrecv = recv_blocked(k) ? nr * count : count;
+    unsigned char *send = a, *recv = in_place ? a : b;
+    if (in_place && k == PK_ALLGATHER)
+        send = a + me * count * es;
+    if (in_place && k == PK_REDUCE_SCATTER)
+        recv = a + me * count * es;
+    for (size_t j = 0; j < ns; j++)
+        put(host, t, j, value(t, r->rank, j));
+    hal_stream_t s = r->stream;
+    R_EXPECT_OK(r, hal_memcpy_async(send, host, ns * es, s));
+    R_EXPECT_OK(r, pipe_issue(r, k, send, recv, count, t));
+    R_EXPECT_OK(r, hal_memcpy_async(host, recv, nrecv * es, s));
+    R_EXPECT_OK(r, hal_stream_synchronize(s));
+    if (k == PK_REDUCE && r->rank != 1)
+        return; /* only the root receives */
+    for (size_t i = 0; i < nrecv && !r->failed; i++) {
+        double want = pipe_expected(r, k, t, count, i), got = get(host, t, i);
+        if (got != want) {
+            fprintf(stderr, "rank %d: %s of %zu dtype %d%s [%zu] = %g, expected %g\n", r->rank,
+                    pipe_kind_names[k], count, (int)t, in_place ? " in place" : "", i, got, want);
+            r->failed = 1;
+        }
+    }
+}
+
+/* Every kind, in place and not, in f32 and u8 with counts whose chunks end in odd tails (with
+ * 64 KiB chunks: 3 chunks of the unblocked kinds, 7 of the blocked ones at 3 ranks). The
+ * rank's buffers are of the kind in arg[rank]. */
+static void pipe_rank(rank_ctx_t *r)
+{
+    static const hal_dtype_t types[] = { HAL_DTYPE_F32, HAL_DTYPE_U8 };
+    static const size_t counts[] = { 37501, 150001 };
+    const hal_mem_kind_t *kinds = r->arg;
+    const size_t bytes = (size_t)r->nranks * 150004;
+    unsigned char *host = NULL, *a = NULL, *b = NULL;
+    R_EXPECT_OK(r, hal_mem_alloc(r->device, HAL_MEM_KIND_HOST_PINNED, bytes, 0, (void **)&host));
+    a = alloc(r, kinds[r->rank], bytes);
+    b = alloc(r, kinds[r->rank], bytes);
+    for (size_t ti = 0; ti < 2; ti++)
+        for (int k = 0; k < PK_COUNT; k++)
+            for (int in_place = 0; in_place < 2 && !r->failed; in_place++)
+                pipe_case(r, (pipe_kind_t)k, types[ti], counts[ti], in_place, host, a, b);
+    R_EXPECT_OK(r, hal_comm_finalize(r->comm));
+    hal_mem_free(host);
+    hal_mem_free(a);
+    hal_mem_free(b);
+}
+
+/* Collectives that span several chunks of the host-staged pipeline, with odd tails, bit for bit,
+ * on 3 ranks (two sharing a core). Rank 1's buffers are pinned host memory: its peers cut the
+ * collectives alike all the same, and it stages only what the blocked kinds need. */
+CTEST(TrnComm, HostStagedPipelineOddTails)
+{
+    tt_env_reset();
+    tt_setenv("HAL_NEURON_NATIVE_COLLECTIVES", "0");
+    tt_setenv("HAL_COMM_STAGING_CHUNK", PIPE_CHUNK);
+    hal_backend_t b = open_cores("0-1");
+    if (b == NULL)
+        return CTEST_FAIL;
+    static const uint32_t cores[] = { 0, 1, 0 };
+    static const hal_mem_kind_t kinds[] = { HAL_MEM_KIND_DEVICE, HAL_MEM_KIND_HOST_PINNED,
+                                            HAL_MEM_KIND_DEVICE };
+    CTEST_EXPECT(run_ranks(b, 3, cores, pipe_rank, (void *)kinds) == 0);
+    EXPECT_OK(hal_backend_close(b));
+    tt_env_reset();
+    return CTEST_PASS;
+}
+
+/* ---- the pipeline's copies, counted by the emulator ---- */
+
+typedef struct counted {
+    size_t count; /* f32 elements of the all-reduce */
+    pthread_barrier_t barrier;
+    nrt_emu_get_dma_stats_fn *stats;
+    uint64_t before, after;
+} counted_t;
+
+static uint64_t dma_transfers(counted_t *c)
+{
+    nrt_emu_dma_stats_t s = { 0 };
+    return c->stats(&s, sizeof(s)) == NRT_SUCCESS ? s.transfers : 0;
+}
+
+/* Uploads, then (between barriers, so that nothing else moves) one in-place all-reduce, then
+ * downloads and checks. */
+static void counted_rank(rank_ctx_t *r)
+{
+    counted_t *c = r->arg;
+    float *host = NULL, *dev = alloc(r, HAL_MEM_KIND_DEVICE, c->count * 4);
+    R_EXPECT_OK(
+        r, hal_mem_alloc(r->device, HAL_MEM_KIND_HOST_PINNED, c->count * 4, 0, (void **)&host));
+    if (host != NULL)
+        for (size_t i = 0; i < c->count; i++)
+            host[i] = (float)(r->rank + 1);
+    R_EXPECT_OK(r, hal_memcpy_async(dev, host, c->count * 4, r->stream));
+    R_EXPECT_OK(r, hal_stream_synchronize(r->stream));
+    pthread_barrier_wait(&c->barrier);
+    if (r->rank == 0)
+        c->before = dma_transfers(c);
+    pthread_barrier_wait(&c->barrier);
+    R_EXPECT_OK(
+        r, hal_allreduce(dev, dev, c->count, HAL_DTYPE_F32, HAL_REDOP_SUM, r->comm, r->stream));
+    R_EXPECT_OK(r, hal_stream_synchronize(r->stream));
+    pthread_barrier_wait(&c->barrier);
+    if (r->rank == 0)
+        c->after = dma_transfers(c);
+    pthread_barrier_wait(&c->barrier);
+    R_EXPECT_OK(r, hal_memcpy_async(host, dev, c->count * 4, r->stream));
+    R_EXPECT_OK(r, hal_stream_synchronize(r->stream));
+    for (size_t i = 0; host != NULL && i < c->count && !r->failed; i++)
+        R_EXPECT(r, host[i] == 3.0f);
+    hal_mem_free(host);
+    hal_mem_free(dev);
+}
+
+/* Transfers of one all-reduce of 3.5 chunks on 2 ranks, with the given chunk setting. */
+static uint64_t counted_allreduce(const char *chunk)
+{
+    tt_setenv("HAL_COMM_STAGING_CHUNK", chunk);
+    hal_backend_t b = open_cores("0-1");
+    if (b == NULL)
+        return 0;
+    counted_t c = { .count = PIPE_CHUNK_BYTES / 4 * 7 / 2 };
+    /* The backend loaded the emulator already: this finds it, and its counters. */
+    void *lib = dlopen(getenv("HAL_NEURON_LIBNRT"), RTLD_NOW | RTLD_NOLOAD);
+    c.stats = lib != NULL ? (nrt_emu_get_dma_stats_fn *)dlsym(lib, "nrt_emu_get_dma_stats") : NULL;
+    CTEST_EXPECT(c.stats != NULL);
+    pthread_barrier_init(&c.barrier, NULL, 2);
+    static const uint32_t cores[] = { 0, 1 };
+    if (c.stats != NULL)
+        CTEST_EXPECT(run_ranks(b, 2, cores, counted_rank, &c) == 0);
+    pthread_barrier_destroy(&c.barrier);
+    if (lib != NULL)
+        dlclose(lib);
+    EXPECT_OK(hal_backend_close(b));
+    return c.after - c.before;
+}
+
+/* The pipeline moves a collective chunk by chunk: an all-reduce of 3.5 chunks is 4
+ * device-to-host and 4 host-to-device copies per rank; with the pipeline off
+ * (HAL_COMM_STAGING_CHUNK=0), one of each. */
+CTEST(TrnComm, HostStagedPipelineCopiesByChunk)
+{
+    TT_REQUIRE_EMULATOR();
+    tt_env_reset();
+    tt_setenv("HAL_NEURON_NATIVE_COLLECTIVES", "0");
+    tt_setenv("NEURON_EMU_DMA_GBPS", "1000"); /* the counters count modelled transfers */
+    uint64_t piped = counted_allreduce(PIPE_CHUNK), whole = counted_allreduce("0");
+    if (piped != 2 * 2 * 4 || whole != 2 * 2)
+        fprintf(stderr, "transfers: %llu pipelined, %llu in one piece\n", (unsigned long long)piped,
+                (unsigned long long)whole);
+    CTEST_EXPECT(piped == 2 * 2 * 4);
+    CTEST_EXPECT(whole == 2 * 2);
+    tt_env_reset();
+    return CTEST_PASS;
+}
+
+/* ---- a copy that fails in the middle of a pipelined collective ---- */
+
+typedef struct midway {
+    size_t count;
+    hal_status_t status[MAX_RANKS];
+    char message[MAX_RANKS][512];
+} midway_t;
+
+/* An all-reduce of 8 chunks that fails on some rank; then what every rank sees. */
+static void midway_rank(rank_ctx_t *r)
+{
+    midway_t *m = r->arg;
+    float *host = NULL, *dev = alloc(r, HAL_MEM_KIND_DEVICE, m->count * 4);
+    R_EXPECT_OK(
+        r, hal_mem_alloc(r->device, HAL_MEM_KIND_HOST_PINNED, m->count * 4, 0, (void **)&host));
+    if (r->failed)
+        goto out;
+    memset(host, 0, m->count * 4);
+    R_EXPECT_OK(r, hal_memcpy_async(dev, host, m->count * 4, r->stream));
+    R_EXPECT_OK(
+        r, hal_allreduce(dev, dev, m->count, HAL_DTYPE_F32, HAL_REDOP_SUM, r->comm, r->stream));
+    hal_status_t st = hal_stream_synchronize(r->stream);
+    m->status[r->rank] = st;
+    snprintf(m->message[r->rank], sizeof(m->message[r->rank]), "%s", hal_last_error_message());
+    R_EXPECT(r, st != HAL_OK);
+    /* Latched on the communicator, sticky for later collectives (refused at once), and reported
+     * by destroy. */
+    hal_status_t async = HAL_OK;
+    R_EXPECT_OK(r, hal_comm_get_async_error(r->comm, &async));
+    R_EXPECT(r, async == st);
+    R_EXPECT(r, hal_allreduce(dev, dev, m->count, HAL_DTYPE_F32, HAL_REDOP_SUM, r->comm,
+                              r->stream) == st);
+    R_EXPECT(r, hal_comm_destroy(r->comm) == st);
+    r->comm = NULL;
+out:
+    hal_mem_free(host);
+    hal_mem_free(dev);
+}
+
+/* Runs the failing all-reduce on 2 ranks; returns the rank whose copy failed (the one whose
+ * status is not HAL_ERROR_REMOTE), or -1 after reporting why not exactly one. */
+static int midway_job(midway_t *m)
+{
+    hal_backend_t b = open_cores("0-1");
+    if (b == NULL)
+        return -1;
+    static const uint32_t cores[] = { 0, 1 };
+    CTEST_EXPECT(run_ranks(b, 2, cores, midway_rank, m) == 0);
+    EXPECT_OK(hal_backend_close(b));
+    int failed = -1, remote = 0;
+    for (int i = 0; i < 2; i++) {
+        if (m->status[i] == HAL_ERROR_REMOTE)
+            remote++;
+        else
+            failed = i;
+    }
+    if (remote != 1 || failed < 0) {
+        fprintf(stderr, "statuses %d (%s) and %d (%s)\n", (int)m->status[0], m->message[0],
+                (int)m->status[1], m->message[1]);
+        CTEST_EXPECT(remote == 1 && failed >= 0);
+        return -1;
+    }
+    return failed;
+}
+
+/* The emulator fails the 6th nrt_tensor_read of the process: a device-to-host copy of a chunk
+ * after the first (a rank's copy-in runs at most 3 chunks ahead of its peers), on one rank. */
+CTEST(TrnComm, HostStagedPipelineCopyInFailsMidway)
+{
+    TT_REQUIRE_EMULATOR();
+    tt_env_reset();
+    tt_setenv("HAL_NEURON_NATIVE_COLLECTIVES", "0");
+    tt_setenv("HAL_COMM_STAGING_CHUNK", PIPE_CHUNK);
+    tt_setenv("NEURON_EMU_FAULTS", "read_fail_after=5:1");
+    midway_t m = { .count = PIPE_CHUNK_BYTES / 4 * 8 };
+    int failed = midway_job(&m);
+    if (failed >= 0) {
+        CTEST_EXPECT(m.status[failed] == HAL_ERROR_BACKEND_SPECIFIC);
+        CTEST_EXPECT(strstr(m.message[failed], "the device-to-host copy of staged chunk") != NULL);
+        CTEST_EXPECT(strstr(m.message[failed], "of 8 failed") != NULL);
+        CTEST_EXPECT(strstr(m.message[failed], "nrt_tensor_read") != NULL);
+        CTEST_EXPECT(strstr(m.message[failed], "staged chunk 0 ") == NULL);
+    }
+    tt_env_reset();
+    return CTEST_PASS;
+}
+
+/* The faults layer fails the stream after rank 0's third host-to-device copy (its memcpy_async
+ * calls: the upload, 8 chunks in, then the chunks out): that rank reports it, naming chunk 2; its
+ * engine stops before the last chunk, so its peer cannot finish and sees HAL_ERROR_REMOTE. */
+CTEST(TrnComm, HostStagedPipelineCopyOutFailsMidway)
+{
+    tt_env_reset();
+    tt_setenv("HAL_NEURON_NATIVE_COLLECTIVES", "0");
+    tt_setenv("HAL_COMM_STAGING_CHUNK", PIPE_CHUNK);
+    tt_setenv("HAL_LAYERS", "faults");
+    tt_setenv("HAL_FAULTS", "stream_fail:after=11,count=1,device=0");
+    midway_t m = { .count = PIPE_CHUNK_BYTES / 4 * 8 };
+    int failed = midway_job(&m);
+    tt_setenv("HAL_LAYERS", NULL);
+    tt_setenv("HAL_FAULTS", NULL);
+    CTEST_EXPECT(failed == 0);
+    if (failed == 0) {
+        CTEST_EXPECT(m.status[0] == HAL_ERROR_BACKEND_SPECIFIC);
+        CTEST_EXPECT(strstr(m.message[0], "the host-to-device copy of staged chunk 2 of 8") !=
+                     NULL);
+        CTEST_EXPECT(strstr(m.message[0], "injected stream failure") != NULL);
+    }
+    tt_env_reset();
+    return CTEST_PASS;
+}
+
+/* HAL_COMM_STAGING_CHUNK: hal_comm_init refuses a malformed or out-of-range value (before any
+ * rendezvous, leaving no communicator) and takes 0 (no pipeline) and the bounds; a one-rank
+ * communicator pipelines with the smallest chunks. */
+CTEST(TrnComm, StagingChunkSetting)
+{
+    tt_env_reset();
+    tt_setenv("HAL_NEURON_NATIVE_COLLECTIVES", "0");
+    hal_backend_t b = open_cores("0-1");
+    if (b == NULL)
+        return CTEST_FAIL;
+    hal_device_t dev = tt_device(b, 0);
+    hal_unique_id_t id;
+    hal_comm_t comm = NULL;
+    static const char *const bad[] = { "x", "4095", "1073741825", "-1", "+4096", "4096k", " 1" };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        tt_setenv("HAL_COMM_STAGING_CHUNK", bad[i]);
+        EXPECT_OK(hal_comm_get_unique_id(HAL_COMM_ID_FLAG_STORE, &id));
+        EXPECT_STATUS(hal_comm_init(&id, 1, 0, dev, NULL, &comm), HAL_ERROR_INVALID_ARGUMENT);
+        EXPECT_MESSAGE("HAL_COMM_STAGING_CHUNK");
+        CTEST_EXPECT(comm == NULL);
+    }
+    static const char *const good[] = { "0", "1073741824", "4096" };
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        tt_setenv("HAL_COMM_STAGING_CHUNK", good[i]);
+        EXPECT_OK(hal_comm_get_unique_id(0, &id));
+        comm = NULL;
+        EXPECT_OK(hal_comm_init(&id, 1, 0, dev, NULL, &comm));
+        if (comm != NULL)
+            EXPECT_OK(hal_comm_destroy(comm));
+    }
+    /* The last one, 4096: an all-reduce of 5 chunks and a bit on one rank. */
+    static const uint32_t cores[] = { 0 };
+    job_spec_t s = device_job(4096 / 4 * 5 + 3);
+    CTEST_EXPECT(run_ranks(b, 1, cores, standard_rank, &s) == 0);
+    EXPECT_OK(hal_backend_close(b));
+    tt_env_reset();
     return CTEST_PASS;
 }

@@ -74,6 +74,7 @@ void tt_env_reset(void)
         "NEURON_EMU_RUNTIME_VERSION",
         "NEURON_EMU_CC_TIMEOUT_MS",
         "NEURON_RT_ROOT_COMM_ID",
+        "HAL_COMM_STAGING_CHUNK",
     };
     for (size_t i = 0; i < sizeof(cleared) / sizeof(cleared[0]); i++)
         tt_setenv(cleared[i], NULL);
