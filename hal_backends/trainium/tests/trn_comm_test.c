@@ -8,6 +8,7 @@
  * paths apart: the runtime's communicator, or HAL_ERROR_UNSUPPORTED where the HAL runs them. */
 #include <dlfcn.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "hal_backends/trainium/emulator/nrt_emu.h"
 #include "hal_backends/trainium/nrt/nrt_abi.h"
@@ -1028,6 +1029,66 @@ CTEST(TrnComm, StagingChunkSetting)
     static const uint32_t cores[] = { 0 };
     job_spec_t s = device_job(4096 / 4 * 5 + 3);
     CTEST_EXPECT(run_ranks(b, 1, cores, standard_rank, &s) == 0);
+    EXPECT_OK(hal_backend_close(b));
+    tt_env_reset();
+    return CTEST_PASS;
+}
+
+/* ---- a peer that leaves during a pipelined collective ---- */
+
+typedef struct leaving {
+    size_t count;
+    pthread_barrier_t barrier;
+    hal_status_t status; /* rank 0's */
+} leaving_t;
+
+/* Rank 0 runs a pipelined all-reduce that rank 1 never joins: rank 1 aborts its communicator
+ * once rank 0's is enqueued. */
+static void leaving_rank(rank_ctx_t *r)
+{
+    leaving_t *l = r->arg;
+    float *dev = alloc(r, HAL_MEM_KIND_DEVICE, l->count * 4);
+    if (r->rank == 1) {
+        pthread_barrier_wait(&l->barrier);
+        struct timespec pause = { 0, 20 * 1000 * 1000 };
+        nanosleep(&pause, NULL);
+        R_EXPECT_OK(r, hal_comm_abort(r->comm));
+        R_EXPECT_OK(r, hal_comm_destroy(r->comm)); /* an abort it asked for */
+        r->comm = NULL;
+        hal_mem_free(dev);
+        return;
+    }
+    R_EXPECT_OK(r, hal_memset_async(dev, 0, l->count * 4, r->stream));
+    R_EXPECT_OK(
+        r, hal_allreduce(dev, dev, l->count, HAL_DTYPE_F32, HAL_REDOP_SUM, r->comm, r->stream));
+    pthread_barrier_wait(&l->barrier);
+    l->status = hal_stream_synchronize(r->stream);
+    hal_status_t async = HAL_OK;
+    R_EXPECT_OK(r, hal_comm_get_async_error(r->comm, &async));
+    R_EXPECT(r, async == l->status);
+    R_EXPECT(r, hal_comm_destroy(r->comm) == l->status);
+    r->comm = NULL;
+    hal_mem_free(dev);
+}
+
+/* The pipeline's host function stops at the engine's HAL_ERROR_REMOTE, drains its copies and
+ * fails the stream; nothing waits for the communicator's timeout. */
+CTEST(TrnComm, HostStagedPipelinePeerLeaves)
+{
+    tt_env_reset();
+    tt_setenv("HAL_NEURON_NATIVE_COLLECTIVES", "0");
+    tt_setenv("HAL_COMM_STAGING_CHUNK", PIPE_CHUNK);
+    hal_backend_t b = open_cores("0-1");
+    if (b == NULL)
+        return CTEST_FAIL;
+    leaving_t l = { .count = PIPE_CHUNK_BYTES / 4 * 8, .status = HAL_OK };
+    pthread_barrier_init(&l.barrier, NULL, 2);
+    static const uint32_t cores[] = { 0, 1 };
+    CTEST_EXPECT(run_ranks(b, 2, cores, leaving_rank, &l) == 0);
+    pthread_barrier_destroy(&l.barrier);
+    if (l.status != HAL_ERROR_REMOTE)
+        fprintf(stderr, "rank 0: %s\n", hal_status_string(l.status));
+    CTEST_EXPECT(l.status == HAL_ERROR_REMOTE);
     EXPECT_OK(hal_backend_close(b));
     tt_env_reset();
     return CTEST_PASS;
