@@ -653,6 +653,14 @@ CTEST(TrnComm, DisagreeingRanksFailAlike)
 #define PIPE_CHUNK       "65536"
 #define PIPE_CHUNK_BYTES 65536u
 
+/* A clean environment for the host-staged path with the tests' chunks. */
+static void pipeline_env(void)
+{
+    tt_env_reset();
+    tt_setenv("HAL_NEURON_NATIVE_COLLECTIVES", "0");
+    tt_setenv("HAL_COMM_STAGING_CHUNK", PIPE_CHUNK);
+}
+
 typedef enum pipe_kind {
     PK_ALLREDUCE,
     PK_BROADCAST,
@@ -779,9 +787,7 @@ static void pipe_rank(rank_ctx_t *r)
  * collectives alike all the same, and it stages only what the blocked kinds need. */
 CTEST(TrnComm, HostStagedPipelineOddTails)
 {
-    tt_env_reset();
-    tt_setenv("HAL_NEURON_NATIVE_COLLECTIVES", "0");
-    tt_setenv("HAL_COMM_STAGING_CHUNK", PIPE_CHUNK);
+    pipeline_env();
     hal_backend_t b = open_cores("0-1");
     if (b == NULL)
         return CTEST_FAIL;
@@ -953,9 +959,7 @@ static int midway_job(midway_t *m)
 CTEST(TrnComm, HostStagedPipelineCopyInFailsMidway)
 {
     TT_REQUIRE_EMULATOR();
-    tt_env_reset();
-    tt_setenv("HAL_NEURON_NATIVE_COLLECTIVES", "0");
-    tt_setenv("HAL_COMM_STAGING_CHUNK", PIPE_CHUNK);
+    pipeline_env();
     tt_setenv("NEURON_EMU_FAULTS", "read_fail_after=5:1");
     midway_t m = { .count = PIPE_CHUNK_BYTES / 4 * 8 };
     int failed = midway_job(&m);
@@ -975,9 +979,7 @@ CTEST(TrnComm, HostStagedPipelineCopyInFailsMidway)
  * engine stops before the last chunk, so its peer cannot finish and sees HAL_ERROR_REMOTE. */
 CTEST(TrnComm, HostStagedPipelineCopyOutFailsMidway)
 {
-    tt_env_reset();
-    tt_setenv("HAL_NEURON_NATIVE_COLLECTIVES", "0");
-    tt_setenv("HAL_COMM_STAGING_CHUNK", PIPE_CHUNK);
+    pipeline_env();
     tt_setenv("HAL_LAYERS", "faults");
     tt_setenv("HAL_FAULTS", "stream_fail:after=11,count=1,device=0");
     midway_t m = { .count = PIPE_CHUNK_BYTES / 4 * 8 };
@@ -1075,9 +1077,7 @@ static void leaving_rank(rank_ctx_t *r)
  * fails the stream; nothing waits for the communicator's timeout. */
 CTEST(TrnComm, HostStagedPipelinePeerLeaves)
 {
-    tt_env_reset();
-    tt_setenv("HAL_NEURON_NATIVE_COLLECTIVES", "0");
-    tt_setenv("HAL_COMM_STAGING_CHUNK", PIPE_CHUNK);
+    pipeline_env();
     hal_backend_t b = open_cores("0-1");
     if (b == NULL)
         return CTEST_FAIL;
