@@ -8,6 +8,20 @@
 
 #include <ctype.h>
 
+/* comm.c's init and destroy call the staging pipeline (comm_pipeline.c, which needs the rest of
+ * the collectives' front end); this harness calls neither, so they only need to link. */
+hal_status_t hal_comm_pipeline_chunk(const char *call, size_t *chunk)
+{
+    (void)call;
+    *chunk = 0;
+    return HAL_OK;
+}
+
+void hal_comm_pipeline_destroy(struct hal_comm_s *comm)
+{
+    (void)comm;
+}
+
 #define CHECK(cond)           \
     do {                      \
         if (!(cond))          \
