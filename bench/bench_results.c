@@ -126,6 +126,15 @@ static void member_count_or_null(bench_json_t *j, const char *key, long long val
         bench_json_null(j);
 }
 
+static void member_number_or_null(bench_json_t *j, const char *key, bool present, double value)
+{
+    bench_json_key(j, key);
+    if (present)
+        bench_json_number(j, value);
+    else
+        bench_json_null(j);
+}
+
 static void write_figure(bench_json_t *j, const bench_figure_t *f)
 {
     bench_json_begin_object(j);
@@ -158,16 +167,8 @@ static void write_target(bench_json_t *j, const part_target_t *pt)
     member_or_null(j, "backend", backend);
     bench_json_member_string(j, "name", t->name);
     member_or_null(j, "detail", t->detail);
-    bench_json_key(j, "measured");
-    if (t->has_values)
-        bench_json_number(j, t->measured);
-    else
-        bench_json_null(j);
-    bench_json_key(j, "threshold");
-    if (t->has_values)
-        bench_json_number(j, t->threshold);
-    else
-        bench_json_null(j);
+    member_number_or_null(j, "measured", t->has_values, t->measured);
+    member_number_or_null(j, "threshold", t->has_values, t->threshold);
     member_or_null(j, "relation", t->has_values ? t->relation : NULL);
     member_or_null(j, "unit", t->has_values ? t->unit : NULL);
     static const char *const verdicts[] = { [BENCH_MET] = "met",
