@@ -18,7 +18,7 @@
 #include "hal/src/comm/engine_impl.h"
 #include "hal/src/core.h"
 
-#define ENG_HELLO_MAGIC        UINT64_C(0x48414c454e474831) /* "HALENGH1" */
+#define ENG_HELLO_MAGIC        UINT64_C(0x48414c454e474832) /* "HALENGH2" */
 #define ENG_HELLO_IPC          (1u << 0)                    /* the rank can map IPC handles */
 #define ENG_HELLO_NO_SHM       (1u << 1) /* HAL_COMM_SHM_DISABLE: use TCP even on one host */
 #define ENG_DEFAULT_TIMEOUT_MS 300000u

@@ -81,18 +81,18 @@ static bool wants_small(const hal_engine_comm_t *c, const eng_coll_t *x)
 void eng_fill_desc(const hal_engine_comm_t *c, const hal_engine_op_t *op, eng_desc_t *d)
 {
     memset(d, 0, sizeof(*d));
-    d->kind = (uint32_t)op->kind;
+    d->kind = (uint8_t)op->kind;
     if (op->kind != HAL_ENGINE_BARRIER) {
         d->count = op->count;
-        d->dtype = (uint32_t)op->dtype;
+        d->dtype = (uint8_t)op->dtype;
     }
     if (op->kind == HAL_ENGINE_ALLREDUCE || op->kind == HAL_ENGINE_REDUCE ||
         op->kind == HAL_ENGINE_REDUCE_SCATTER)
-        d->op = (uint32_t)op->op;
+        d->op = (uint8_t)op->op;
     if (op->kind == HAL_ENGINE_BROADCAST || op->kind == HAL_ENGINE_REDUCE)
         d->root = op->root;
-    d->flags = (op->has_ipc && c->has_ipc ? ENG_F_IPC : 0u) | (op->sendbuf ? ENG_F_SEND_SET : 0u) |
-               (op->recvbuf ? ENG_F_RECV_SET : 0u);
+    d->flags = (uint8_t)((op->has_ipc && c->has_ipc ? ENG_F_IPC : 0u) |
+                         (op->sendbuf ? ENG_F_SEND_SET : 0u) | (op->recvbuf ? ENG_F_RECV_SET : 0u));
 }
 
 bool eng_desc_equal(const eng_desc_t *a, const eng_desc_t *b)
@@ -133,8 +133,9 @@ hal_status_t eng_desc_mismatch(hal_engine_comm_t *c, const char *call, int p,
                     call, a, b);
 }
 
-/* Publishes this rank's descriptor (with the small payload and the buffer addresses) and waits
- * until every peer published the same. */
+/* Publishes this rank's descriptor (with the small payload, or the buffer addresses for the
+ * direct path) and waits until every peer published the same. A rank that wants the small path
+ * writes nothing else: the direct path never runs unless every rank wants it alike. */
 static hal_status_t arrive(hal_engine_comm_t *c, eng_coll_t *x, const void *payload, size_t bytes,
                            bool small)
 {
@@ -142,11 +143,13 @@ static hal_status_t arrive(hal_engine_comm_t *c, eng_coll_t *x, const void *payl
     eng_slot_t *s = x->slot;
     if (bytes)
         memcpy(s->payload, payload, bytes);
-    s->buf.sendptr = (uint64_t)(uintptr_t)op->sendbuf;
-    s->buf.recvptr = (uint64_t)(uintptr_t)op->recvbuf;
-    if (op->has_ipc && c->has_ipc && c->multi_process) {
-        s->buf.send_ipc = op->send_ipc;
-        s->buf.recv_ipc = op->recv_ipc;
+    if (!small) {
+        s->buf.sendptr = (uint64_t)(uintptr_t)op->sendbuf;
+        s->buf.recvptr = (uint64_t)(uintptr_t)op->recvbuf;
+        if (op->has_ipc && c->has_ipc && c->multi_process) {
+            s->buf.send_ipc = op->send_ipc;
+            s->buf.recv_ipc = op->recv_ipc;
+        }
     }
     eng_desc_t d;
     eng_fill_desc(c, op, &d);

@@ -60,14 +60,14 @@ typedef struct eng_state {
 } eng_state_t;
 
 /* What a rank is about to do, published before it touches any data; ranks compare them. Fields
- * an operation does not use are zero, so a plain comparison finds disagreements. */
+ * an operation does not use are zero, so a plain comparison finds disagreements. 24 bytes, so
+ * that the first 40 bytes of a small payload share its cache line. */
 typedef struct eng_desc {
     uint64_t seq; /* collective number on this communicator; stored last (release) */
     uint64_t count;
-    uint32_t kind, dtype, op;
     int32_t root;
-    uint32_t flags;
-    uint32_t reserved;
+    uint8_t kind, dtype, op; /* hal_engine_kind_t, hal_dtype_t, hal_redop_t */
+    uint8_t flags;
 } eng_desc_t;
 
 /* Where a rank's buffers are, for peers that work on them directly. */
@@ -78,15 +78,16 @@ typedef struct eng_bufinfo {
 
 /* One collective's slot; two per rank, used by sequence parity. A rank can only be one
  * collective ahead of the slowest peer (every collective waits for every rank's arrival), so
- * two slots are never overwritten while read. The descriptor and the first payload bytes share
- * one 128-byte unit (a pair of lines the prefetcher moves together), so an 8-byte collective
- * costs about one transfer. */
+ * two slots are never overwritten while read. The payload follows the descriptor directly: a
+ * small collective of up to 40 bytes per rank moves one cache line per rank, the one its peers
+ * poll for the sequence number anyway. */
 typedef struct eng_slot {
     _Alignas(ENG_LINE) eng_desc_t desc;
-    unsigned char pad[64 - sizeof(eng_desc_t)];
     unsigned char payload[ENG_SLOT_BYTES];
-    _Alignas(ENG_LINE) eng_bufinfo_t buf;
+    _Alignas(ENG_LINE) eng_bufinfo_t buf; /* written only for the direct path */
 } eng_slot_t;
+
+_Static_assert(sizeof(eng_desc_t) == 24, "40 payload bytes share the descriptor's 64-byte line");
 
 /* One point-to-point message's descriptor (by message parity, as slots). */
 typedef struct eng_p2p_desc {
@@ -108,7 +109,7 @@ typedef struct eng_p2p {
     eng_counter_t pulled;  /* last message from the peer this rank copied directly */
 } eng_p2p_t;
 
-#define ENG_MAGIC UINT64_C(0x48414c454e474131) /* "HALENGA1" */
+#define ENG_MAGIC UINT64_C(0x48414c454e474132) /* "HALENGA2" */
 
 /* The control block at the start of every area. */
 typedef struct eng_ctrl {
