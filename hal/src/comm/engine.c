@@ -296,6 +296,7 @@ hal_status_t hal_engine_init(const hal_engine_config_t *config, hal_engine_comm_
     c->nranks = hal_bootstrap_nranks(config->bootstrap);
     c->rank = hal_bootstrap_rank(config->bootstrap);
     c->timeout_ms = config->timeout_ms ? config->timeout_ms : ENG_DEFAULT_TIMEOUT_MS;
+    eng_choose_spin(c);
     if (config->ipc) {
         c->has_ipc = true;
         c->ipc = *config->ipc;
@@ -439,6 +440,8 @@ hal_status_t hal_engine_run(hal_engine_comm_t *c, const hal_engine_op_t *ops, si
         p2p |= ops[i].kind == HAL_ENGINE_SEND || ops[i].kind == HAL_ENGINE_RECV;
     }
     c->ops_run++;
+    if (!c->tcp)
+        eng_note_cpu(c);
     /* Collectives of a group run in order, then its sends and receives together: the same
      * order on every rank whatever the order of the calls inside the group. */
     for (size_t i = 0; i < n; i++) {

@@ -117,6 +117,7 @@ typedef struct eng_ctrl {
     uint64_t area_bytes;
     int32_t rank, pid, nranks, reserved;
     eng_state_t state;      /* failure word, see ENG_STATE_GONE */
+    eng_counter_t cpu;      /* the CPU the owner last ran on, + 1 (0: unknown); see eng_note_cpu */
     eng_counter_t sync;     /* synchronisation points passed */
     eng_counter_t stage[3]; /* staging rounds: scattered in, combined, gathered */
     eng_slot_t slot[2];
@@ -158,6 +159,9 @@ struct hal_engine_comm {
     hal_bootstrap_t *bootstrap;
     int nranks, rank;
     uint32_t timeout_ms;
+    uint64_t spin_ns;  /* how long a wait spins before it yields (eng_backoff) */
+    bool cpu_each;     /* the local ranks can have a CPU each (eng_choose_spin) */
+    uint64_t moved_ns; /* when a wait last moved this rank off its CPU (eng_backoff) */
     bool has_ipc;
     hal_engine_ipc_t ipc;
     bool tcp; /* ranks on several hosts: everything goes through the bootstrap */
@@ -222,10 +226,13 @@ hal_status_t eng_fail(hal_engine_comm_t *c, hal_status_t st, const char *call, c
  * Thread safety: safe. */
 hal_status_t eng_sticky(hal_engine_comm_t *c, const char *call);
 
-/* Backoff state of one wait: spin with a pause instruction, then yield, then sleep briefly;
- * the timeout counts from the wait's first unsuccessful check. */
+/* Backoff state of one wait: spin with a pause instruction (for spin_ns, unless the awaited
+ * peer waits for this rank's own CPU), then yield, then sleep briefly; the timeout counts from
+ * the wait's first look at the clock. */
 typedef struct eng_backoff {
-    uint32_t spins;
+    uint32_t spins; /* pauses since the clock was last read */
+    bool spun;      /* spinning is over: the wait yields or sleeps, and watches processes */
+    bool crowded;   /* the peer waits for this rank's CPU, and this rank could not move */
     uint64_t start_ns, next_check_ns;
     int failed_peer; /* set when eng_check_peer found a peer gone */
     bool peer_died;
@@ -275,6 +282,16 @@ static inline hal_status_t eng_wait(hal_engine_comm_t *c, const uint64_t *word, 
         return HAL_OK;
     return eng_wait_slow(c, word, target, peer, call, what);
 }
+
+/* Chooses how this rank's waits spin: long (and moving off a CPU the awaited peer needs) while
+ * the CPUs the process may use are at least as many as the local ranks, briefly otherwise.
+ * Thread safety: init only. */
+void eng_choose_spin(hal_engine_comm_t *c);
+
+/* Publishes the CPU the calling thread runs on in this rank's area, so that a peer waiting for
+ * it can tell whether spinning is futile (both on one CPU). Costs a load when nothing changed.
+ * Thread safety: the communicator's running thread. */
+void eng_note_cpu(hal_engine_comm_t *c);
 
 /* Passes a synchronisation point: publishes it and, with wait_all, waits until every local
  * peer passed it too. Returns HAL_OK or the failure.

@@ -2,11 +2,16 @@
 /* Failure handling of the host collective engine: the sticky status, bounded waits with
  * backoff, and peer liveness.
  *
- * A wait first spins on the word with a pause instruction (a peer on another core answers in
- * well under a microsecond, and a syscall would cost more than that), then yields the CPU
- * (ranks may outnumber cores), then sleeps in short steps. Every step checks this rank's abort
- * flag and the awaited peer's failure word; the clock, the deadline and the peer's process are
- * only checked once spinning gave up, so the fast path makes no syscall. */
+ * A wait first spins on the word with a pause instruction: a peer on another core answers in
+ * well under a microsecond, and a syscall costs more than that. While every local rank can
+ * have a CPU of its own, the spin lasts ENG_SPIN_DEDICATED_NS: a peer that has not arrived yet
+ * is then running, or was preempted by another process, and yielding would hand this rank's
+ * CPU to other processes for a whole time slice. When ranks outnumber CPUs the spin is brief.
+ * When the awaited peer last ran on this very CPU, spinning only delays it: the rank moves to
+ * another CPU (see leave_cpu), or yields. After spinning the wait yields the CPU, then sleeps
+ * in short steps. Every step checks this rank's abort flag and the awaited peer's failure
+ * word; the clock is read once per burst of pauses, and the deadline and the peer's process
+ * are only checked there, so the fast path makes no syscall. */
 #include <errno.h>
 #include <poll.h>
 #include <sched.h>
@@ -15,6 +20,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "hal/src/comm/engine_impl.h"
 #include "hal/src/core.h"
@@ -28,13 +34,17 @@
 #define ENG_PAUSE() ((void)0)
 #endif
 
-/* Spins before the first yield (a few microseconds), yielding phase before sleeps, sleep
- * bounds, and how often a peer's process is checked. */
-#define ENG_SPINS        256u
-#define ENG_YIELD_NS     (2u * 1000u * 1000u)
-#define ENG_SLEEP_MIN_NS (20u * 1000u)
-#define ENG_SLEEP_MAX_NS (500u * 1000u)
-#define ENG_LIVENESS_NS  (5u * 1000u * 1000u)
+/* Pauses between looks at the clock (a pause takes 10 to 150 ns, by CPU); spinning budgets
+ * (see the top of the file); the yielding phase before sleeps, sleep bounds, and how often a
+ * peer's process is checked. */
+#define ENG_SPIN_BURST        16u
+#define ENG_SPIN_DEDICATED_NS (100u * 1000u)
+#define ENG_SPIN_SHARED_NS    (2u * 1000u)
+#define ENG_MOVE_INTERVAL_NS  (1000u * 1000u)
+#define ENG_YIELD_NS          (2u * 1000u * 1000u)
+#define ENG_SLEEP_MIN_NS      (20u * 1000u)
+#define ENG_SLEEP_MAX_NS      (500u * 1000u)
+#define ENG_LIVENESS_NS       (5u * 1000u * 1000u)
 
 uint64_t eng_now_ns(void)
 {
@@ -143,7 +153,7 @@ hal_status_t eng_check_peer(hal_engine_comm_t *c, eng_backoff_t *b, int peer)
     const eng_peer_t *p = &c->peers[peer];
     uint64_t state = __atomic_load_n(&p->ctrl->state.v, __ATOMIC_ACQUIRE);
     bool died = false;
-    if (!state && p->watch && b->start_ns && eng_now_ns() >= b->next_check_ns)
+    if (!state && p->watch && b->spun && eng_now_ns() >= b->next_check_ns)
         died = eng_process_gone(p->pid, p->pidfd);
     if (!state && !died)
         return HAL_OK;
@@ -151,6 +161,70 @@ hal_status_t eng_check_peer(hal_engine_comm_t *c, eng_backoff_t *b, int peer)
     b->peer_state = state;
     b->peer_died = died;
     return ENG_PEER_STOPPED;
+}
+
+/* CPUs this process may run on. */
+static long usable_cpus(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0)
+        return CPU_COUNT(&set);
+    return sysconf(_SC_NPROCESSORS_ONLN);
+}
+
+void eng_choose_spin(hal_engine_comm_t *c)
+{
+    c->cpu_each = usable_cpus() >= c->nranks;
+    c->spin_ns = c->cpu_each ? ENG_SPIN_DEDICATED_NS : ENG_SPIN_SHARED_NS;
+}
+
+void eng_note_cpu(hal_engine_comm_t *c)
+{
+    int cpu = sched_getcpu();
+    if (!c->me || cpu < 0)
+        return;
+    uint64_t v = (uint64_t)cpu + 1;
+    if (__atomic_load_n(&c->me->cpu.v, __ATOMIC_RELAXED) != v)
+        __atomic_store_n(&c->me->cpu.v, v, __ATOMIC_RELAXED);
+}
+
+/* Whether the awaited peer last ran on the CPU this thread runs on: then it is not running
+ * while this thread spins. A stale answer (it moved since) costs one yield or move. */
+static bool shares_cpu(const hal_engine_comm_t *c, int peer)
+{
+    if (c->tcp || peer < 0 || peer == c->rank)
+        return false;
+    int cpu = sched_getcpu();
+    return cpu >= 0 &&
+           __atomic_load_n(&c->peers[peer].ctrl->cpu.v, __ATOMIC_RELAXED) == (uint64_t)cpu + 1;
+}
+
+/* Moves the calling thread off its CPU, which the awaited peer waits for: the thread is
+ * restricted to its other CPUs, which makes the scheduler move it at once, then given all of
+ * them back (it stays where it went until the scheduler balances again). Yielding instead
+ * would make the two ranks take turns on one CPU, a context switch per collective, and the
+ * scheduler does not part them because neither is always runnable. Only while the local ranks
+ * have a CPU each, at most once per ENG_MOVE_INTERVAL_NS. Returns whether the thread moved. */
+static bool leave_cpu(hal_engine_comm_t *c)
+{
+    if (!c->cpu_each)
+        return false;
+    uint64_t now = eng_now_ns();
+    if (c->moved_ns && now - c->moved_ns < ENG_MOVE_INTERVAL_NS)
+        return false;
+    c->moved_ns = now;
+    cpu_set_t allowed, others;
+    int cpu = sched_getcpu();
+    if (cpu < 0 || sched_getaffinity(0, sizeof(allowed), &allowed) != 0 ||
+        !CPU_ISSET(cpu, &allowed))
+        return false;
+    others = allowed;
+    CPU_CLR(cpu, &others);
+    if (CPU_COUNT(&others) == 0 || sched_setaffinity(0, sizeof(others), &others) != 0)
+        return false;
+    sched_setaffinity(0, sizeof(allowed), &allowed);
+    eng_note_cpu(c);
+    return true;
 }
 
 hal_status_t eng_backoff(hal_engine_comm_t *c, eng_backoff_t *b, int peer, const char *call,
@@ -162,18 +236,22 @@ hal_status_t eng_backoff(hal_engine_comm_t *c, eng_backoff_t *b, int peer, const
     hal_status_t st = eng_check_peer(c, b, peer);
     if (st != HAL_OK)
         return st; /* not latched: the caller looks at its condition once more */
-    if (b->spins < ENG_SPINS) {
-        b->spins++;
-        ENG_PAUSE();
-        return HAL_OK;
+    if (!b->spun && b->spins < ENG_SPIN_BURST) {
+        /* Each burst starts by asking whether spinning can help at all. */
+        if (b->spins > 0 || !shares_cpu(c, peer) || leave_cpu(c)) {
+            b->spins++;
+            ENG_PAUSE();
+            return HAL_OK;
+        }
+        b->crowded = true; /* straight to the clock, which yields */
     }
+    b->spins = 0;
     uint64_t now = eng_now_ns();
     if (!b->start_ns) {
         b->start_ns = now;
         b->next_check_ns = now + ENG_LIVENESS_NS;
-        return HAL_OK;
     }
-    if (now >= b->next_check_ns)
+    if (b->spun && now >= b->next_check_ns)
         b->next_check_ns = now + ENG_LIVENESS_NS; /* eng_check_peer just looked */
     uint64_t waited = now - b->start_ns;
     if (waited >= (uint64_t)c->timeout_ms * 1000000u) {
@@ -183,6 +261,13 @@ hal_status_t eng_backoff(hal_engine_comm_t *c, eng_backoff_t *b, int peer, const
                             c->peers[peer].pid, c->timeout_ms, what);
         return eng_fail(c, HAL_ERROR_TIMEOUT, call, "no progress for %u ms (waiting for %s)",
                         c->timeout_ms, what);
+    }
+    if (!b->spun) {
+        if (waited < c->spin_ns && !b->crowded) {
+            ENG_PAUSE();
+            return HAL_OK;
+        }
+        b->spun = true;
     }
     if (waited < ENG_YIELD_NS) {
         sched_yield();
@@ -194,6 +279,7 @@ hal_status_t eng_backoff(hal_engine_comm_t *c, eng_backoff_t *b, int peer, const
         struct timespec ts = { 0, (long)ns };
         nanosleep(&ts, NULL);
     }
+    eng_note_cpu(c); /* it may run elsewhere now */
     return HAL_OK;
 }
 
