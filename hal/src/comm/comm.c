@@ -137,6 +137,67 @@ void hal_comm_job_started(struct hal_comm_s *comm)
     __atomic_fetch_add(&comm->pending, 1, __ATOMIC_SEQ_CST);
 }
 
+/* Records of one-operation jobs in a communicator's pool. 256 covers the operations a stream
+ * usually has queued; each record is cache-line aligned, so the stream worker releasing one
+ * does not disturb the enqueuing thread filling the next. */
+#define COMM_JOB_POOL  256u
+#define COMM_JOB_ALIGN 64u
+#define COMM_JOB_RECORD                                                                     \
+    ((sizeof(comm_job_t) + sizeof(hal_engine_op_t) + COMM_JOB_ALIGN - 1) / COMM_JOB_ALIGN * \
+     COMM_JOB_ALIGN)
+
+static unsigned char *job_pool(struct hal_comm_s *comm)
+{
+    unsigned char *pool = __atomic_load_n(&comm->job_pool, __ATOMIC_ACQUIRE);
+    if (pool)
+        return pool;
+    pool = aligned_alloc(COMM_JOB_ALIGN, COMM_JOB_POOL * COMM_JOB_RECORD);
+    if (!pool)
+        return NULL;
+    memset(pool, 0, COMM_JOB_POOL * COMM_JOB_RECORD);
+    unsigned char *expected = NULL;
+    if (!__atomic_compare_exchange_n(&comm->job_pool, &expected, pool, false, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE)) {
+        free(pool); /* another thread made it first */
+        return expected;
+    }
+    return pool;
+}
+
+comm_job_t *hal_comm_job_alloc(struct hal_comm_s *comm, size_t n)
+{
+    comm_job_t *job = NULL;
+    unsigned char *pool = n == 1 ? job_pool(comm) : NULL;
+    if (pool) {
+        uint32_t i = __atomic_fetch_add(&comm->job_next, 1, __ATOMIC_RELAXED) % COMM_JOB_POOL;
+        comm_job_t *record = (comm_job_t *)(pool + (size_t)i * COMM_JOB_RECORD);
+        /* Records are released in stream order: if this one is still taken, so are most. */
+        if (!__atomic_load_n(&record->busy, __ATOMIC_RELAXED) &&
+            !__atomic_exchange_n(&record->busy, 1, __ATOMIC_ACQUIRE)) {
+            job = record;
+            job->slot = (int32_t)i;
+        }
+    }
+    if (!job) {
+        job = malloc(sizeof(*job) + n * sizeof(hal_engine_op_t));
+        if (!job)
+            return NULL;
+        job->busy = 1;
+        job->slot = -1;
+    }
+    job->comm = comm;
+    job->n = n;
+    return job;
+}
+
+void hal_comm_job_free(comm_job_t *job)
+{
+    if (job->slot < 0)
+        free(job);
+    else
+        __atomic_store_n(&job->busy, 0, __ATOMIC_RELEASE);
+}
+
 /* Wakes wait_idle only when it waits: the pending count and the waiter count are each written
  * before the other is read (sequentially consistent), so one side always sees the other. */
 void hal_comm_job_finished(struct hal_comm_s *comm)
@@ -349,6 +410,7 @@ static void release_comm(struct hal_comm_s *comm)
         comm->ops->event_destroy(comm->marks[i].event);
     free(comm->marks);
     free(comm->mappings);
+    free(comm->job_pool);
     pthread_cond_destroy(&comm->cond);
     pthread_mutex_destroy(&comm->lock);
     hal_handle_release(comm, comm->device->backend->validate);

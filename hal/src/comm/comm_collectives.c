@@ -183,7 +183,7 @@ static hal_status_t prepare(hal_comm_t comm, hal_stream_t stream, const hal_engi
     if (op->count > SIZE_MAX / esize / (size_t)comm->nranks)
         return hal_error(HAL_ERROR_INVALID_ARGUMENT, name, call, "count %zu is too large",
                          op->count);
-    memset(c, 0, sizeof(*c));
+    /* Every field is set below (buffer_sizes sets all four sizes and flags for every kind). */
     c->comm = comm;
     c->stream = stream;
     c->op = *op;
@@ -198,12 +198,6 @@ static hal_status_t prepare(hal_comm_t comm, hal_stream_t stream, const hal_engi
 }
 
 /* ---- host path ---- */
-
-typedef struct comm_job {
-    struct hal_comm_s *comm;
-    size_t n;
-    hal_engine_op_t ops[];
-} comm_job_t;
 
 hal_status_t hal_comm_job_begin(struct hal_comm_s *comm, const hal_engine_op_t *first, size_t n,
                                 hal_status_t stream_status, hal_host_collective_t *info)
@@ -266,7 +260,7 @@ static hal_status_t run_job(void *arg, hal_status_t stream_status)
         if (st != HAL_OK)
             hal_comm_latch(comm, st);
     }
-    free(job);
+    hal_comm_job_free(job);
     hal_comm_job_end(comm, &layer_info, st);
     return st;
 }
@@ -350,15 +344,14 @@ static hal_status_t enqueue_host(comm_call_t *calls, size_t n)
     struct hal_comm_s *comm = calls[0].comm;
     struct hal_stream_s *stream = calls[0].stream;
     const char *call = kind_names[calls[0].op.kind];
-    comm_job_t *job = malloc(sizeof(*job) + n * sizeof(hal_engine_op_t));
+    comm_job_t *job = hal_comm_job_alloc(comm, n);
     staging_t *stages = comm->staging ? calloc(n, sizeof(*stages)) : NULL;
     if (!job || (comm->staging && !stages)) {
-        free(job);
+        if (job)
+            hal_comm_job_free(job);
         free(stages);
         return hal_error(HAL_ERROR_OUT_OF_HOST_MEMORY, comm->ops->name, call, "out of host memory");
     }
-    job->comm = comm;
-    job->n = n;
     hal_status_t st = HAL_OK;
     for (size_t i = 0; i < n; i++) {
         job->ops[i] = calls[i].op;
@@ -381,10 +374,10 @@ static hal_status_t enqueue_host(comm_call_t *calls, size_t n)
         if (st != HAL_OK) {
             hal_comm_job_finished(comm);
             st = hal_finish(st, comm->ops, call);
-            free(job);
+            hal_comm_job_free(job);
         }
     } else {
-        free(job);
+        hal_comm_job_free(job);
     }
     /* Copies back (or, after a failure, just the staging blocks). */
     for (size_t i = 0; stages && i < n; i++) {

@@ -57,8 +57,10 @@ struct hal_comm_s {
     bool init_done;
     bool has_init_thread;
     pthread_t init_thread;
-    uint64_t pending;      /* host jobs enqueued and not finished (atomic) */
-    uint32_t idle_waiters; /* threads in wait_idle (atomic) */
+    uint64_t pending;        /* host jobs enqueued and not finished (atomic) */
+    uint32_t idle_waiters;   /* threads in wait_idle (atomic) */
+    uint32_t job_next;       /* next record of job_pool to try (atomic) */
+    unsigned char *job_pool; /* records of one-operation host jobs (atomic; made on first use) */
     comm_ipc_mapping_t *mappings;
     size_t mapping_count, mapping_capacity;
     comm_native_mark_t *marks;
@@ -122,5 +124,25 @@ bool hal_comm_pipeline_takes(const comm_call_t *c);
 hal_status_t hal_comm_pipeline_enqueue(const comm_call_t *c);
 /* Releases the pipeline (its streams drain first). Destroy only, after the last host job. */
 void hal_comm_pipeline_destroy(struct hal_comm_s *comm);
+
+/* A host job: the operations of one enqueue, run in stream order by a host function. */
+typedef struct comm_job {
+    uint32_t busy; /* a pooled record is taken (atomic) */
+    int32_t slot;  /* its index in the communicator's pool; -1: from malloc */
+    struct hal_comm_s *comm;
+    size_t n;
+    hal_engine_op_t ops[];
+} comm_job_t;
+
+/* Returns room for a job of n operations, comm and n set. A job of one operation (every call
+ * outside a group) takes a record of the communicator's pool when the next one is free, so the
+ * small collectives' hot path neither calls malloc nor has the stream worker free what another
+ * thread allocated; otherwise, and when the pool is exhausted, it comes from malloc. Returns
+ * NULL when out of host memory. Thread safety: safe. */
+comm_job_t *hal_comm_job_alloc(struct hal_comm_s *comm, size_t n);
+
+/* Gives back a job's room (after its host function ran, or when it could not be enqueued).
+ * Thread safety: safe. */
+void hal_comm_job_free(comm_job_t *job);
 
 #endif /* HAL_SRC_COMM_COMM_INTERNAL_H */
