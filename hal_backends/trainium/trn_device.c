@@ -178,15 +178,17 @@ hal_status_t trn_device_open(void *backend_, uint32_t index, void **out)
     else
         device->total_memory = fallback_memory(backend);
 
-    /* Runtime calls take microseconds to milliseconds: waiters sleep at once (no spinning), and
-     * callbacks and host functions hold none of the core's two slots, so that a blocked stream
+    /* Waiters (the stream's worker between tasks, synchronize callers, slot waiters) spin
+     * TRN_SPIN_US before they sleep: a futex sleep and wake-up costs 5 to 20 us on each side of
+     * a short runtime call, and spinning briefly is cheap next to the calls that take longer.
+     * Callbacks and host functions hold none of the core's two slots, so that a blocked stream
      * never starves it. */
     hq_device_config_t streams = {
         .host = backend->host,
         .index = index,
         .thread_prefix = "hal-trn",
         .slots = TRN_DEVICE_SLOTS,
-        .spin_us = 0,
+        .spin_us = TRN_SPIN_US,
         .callbacks_take_slot = false,
         .stream_ext_size = sizeof(trn_stream_ext_t),
         .stream_ext_fini = trn_stream_ext_fini,

@@ -53,6 +53,10 @@
  * are served by priority. Two, like the core's two tensor-operation DMA queues. */
 #define TRN_DEVICE_SLOTS 2u
 
+/* Microseconds a stream's waiters spin before they sleep (see trn_device_open), as the cpu
+ * backend's default. */
+#define TRN_SPIN_US 20u
+
 /* Cross-core device-to-device copies are staged through a host buffer of this many bytes per
  * stream, one chunk at a time. */
 #define TRN_STAGE_CHUNK ((size_t)4 << 20)
