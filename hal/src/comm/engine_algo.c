@@ -709,7 +709,10 @@ static hal_status_t local_collective(hal_engine_comm_t *c, const hal_engine_op_t
     size_t payload = small ? small_payload(&x) : 0;
     if (op->kind == HAL_ENGINE_BROADCAST && op->root != c->rank)
         payload = 0;
-    HAL_CHECK(arrive(c, &x, op->sendbuf, payload, small));
+    c->latency_bound = small; /* see leave_cpu in engine_wait.c */
+    hal_status_t st = arrive(c, &x, op->sendbuf, payload, small);
+    c->latency_bound = false;
+    HAL_CHECK(st);
     /* Every rank arrived with the same count: an empty collective is complete (its buffers may
      * be NULL, and nobody reads this rank's slot beyond the descriptor). */
     if (x.bytes == 0)

@@ -159,9 +159,10 @@ struct hal_engine_comm {
     hal_bootstrap_t *bootstrap;
     int nranks, rank;
     uint32_t timeout_ms;
-    uint64_t spin_ns;  /* how long a wait spins before it yields (eng_backoff) */
-    bool cpu_each;     /* the local ranks can have a CPU each (eng_choose_spin) */
-    uint64_t moved_ns; /* when a wait last moved this rank off its CPU (eng_backoff) */
+    uint64_t spin_ns;   /* how long a wait spins before it yields (eng_backoff) */
+    bool cpu_each;      /* the local ranks can have a CPU each (eng_choose_spin) */
+    uint64_t moved_ns;  /* when a wait last moved this rank off its CPU (eng_backoff) */
+    bool latency_bound; /* the current wait may move this rank off its CPU (eng_backoff) */
     bool has_ipc;
     hal_engine_ipc_t ipc;
     bool tcp; /* ranks on several hosts: everything goes through the bootstrap */

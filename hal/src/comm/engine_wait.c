@@ -203,11 +203,13 @@ static bool shares_cpu(const hal_engine_comm_t *c, int peer)
  * restricted to its other CPUs, which makes the scheduler move it at once, then given all of
  * them back (it stays where it went until the scheduler balances again). Yielding instead
  * would make the two ranks take turns on one CPU, a context switch per collective, and the
- * scheduler does not part them because neither is always runnable. Only while the local ranks
+ * scheduler does not part them because neither is always runnable. Only for latency-bound
+ * waits (the small path's arrival, where a cache line or two is all there is to exchange: a
+ * larger operation would lose its warm caches, and measured slower), while the local ranks
  * have a CPU each, at most once per ENG_MOVE_INTERVAL_NS. Returns whether the thread moved. */
 static bool leave_cpu(hal_engine_comm_t *c)
 {
-    if (!c->cpu_each)
+    if (!c->cpu_each || !c->latency_bound)
         return false;
     uint64_t now = eng_now_ns();
     if (c->moved_ns && now - c->moved_ns < ENG_MOVE_INTERVAL_NS)
