@@ -159,10 +159,9 @@ struct hal_engine_comm {
     hal_bootstrap_t *bootstrap;
     int nranks, rank;
     uint32_t timeout_ms;
-    uint64_t spin_ns;   /* how long a wait spins before it yields (eng_backoff) */
     bool cpu_each;      /* the local ranks can have a CPU each (eng_choose_spin) */
     uint64_t moved_ns;  /* when a wait last moved this rank off its CPU (eng_backoff) */
-    bool latency_bound; /* the current wait may move this rank off its CPU (eng_backoff) */
+    bool latency_bound; /* the current waits are the small path's (eng_backoff, leave_cpu) */
     bool has_ipc;
     hal_engine_ipc_t ipc;
     bool tcp; /* ranks on several hosts: everything goes through the bootstrap */
@@ -227,9 +226,9 @@ hal_status_t eng_fail(hal_engine_comm_t *c, hal_status_t st, const char *call, c
  * Thread safety: safe. */
 hal_status_t eng_sticky(hal_engine_comm_t *c, const char *call);
 
-/* Backoff state of one wait: spin with a pause instruction (for spin_ns, unless the awaited
- * peer waits for this rank's own CPU), then yield, then sleep briefly; the timeout counts from
- * the wait's first look at the clock. */
+/* Backoff state of one wait: spin with a pause instruction (for a budget that depends on the
+ * wait, unless the awaited peer waits for this rank's own CPU), then yield, then sleep briefly;
+ * the timeout counts from the wait's first look at the clock. */
 typedef struct eng_backoff {
     uint32_t spins; /* pauses since the clock was last read */
     bool spun;      /* spinning is over: the wait yields or sleeps, and watches processes */
@@ -284,9 +283,9 @@ static inline hal_status_t eng_wait(hal_engine_comm_t *c, const uint64_t *word, 
     return eng_wait_slow(c, word, target, peer, call, what);
 }
 
-/* Chooses how this rank's waits spin: long (and moving off a CPU the awaited peer needs) while
- * the CPUs the process may use are at least as many as the local ranks, briefly otherwise.
- * Thread safety: init only. */
+/* Chooses how this rank's waits spin: as engine_wait.c describes while the CPUs the process
+ * may use are at least as many as the local ranks, briefly otherwise. Thread safety: init
+ * only. */
 void eng_choose_spin(hal_engine_comm_t *c);
 
 /* Publishes the CPU the calling thread runs on in this rank's area, so that a peer waiting for

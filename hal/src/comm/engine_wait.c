@@ -4,14 +4,17 @@
  *
  * A wait first spins on the word with a pause instruction: a peer on another core answers in
  * well under a microsecond, and a syscall costs more than that. While every local rank can
- * have a CPU of its own, the spin lasts ENG_SPIN_DEDICATED_NS: a peer that has not arrived yet
- * is then running, or was preempted by another process, and yielding would hand this rank's
- * CPU to other processes for a whole time slice. When ranks outnumber CPUs the spin is brief.
- * When the awaited peer last ran on this very CPU, spinning only delays it: the rank moves to
- * another CPU (see leave_cpu), or yields. After spinning the wait yields the CPU, then sleeps
- * in short steps. Every step checks this rank's abort flag and the awaited peer's failure
- * word; the clock is read once per burst of pauses, and the deadline and the peer's process
- * are only checked there, so the fast path makes no syscall. */
+ * have a CPU of its own, a rank arriving at a small collective (latency-bound: one cache line
+ * to trade) spins ENG_SPIN_LATENCY_NS: a peer that has not arrived yet is then running, or was
+ * preempted by another process, and yielding would hand this rank's CPU to other processes for
+ * a whole time slice. Other waits (for a peer copying or reducing a block) spin
+ * ENG_SPIN_BULK_NS, about what they spun before, so that a preempted peer or the threads
+ * feeding the streams get the CPU back sooner. When ranks outnumber CPUs every spin is brief.
+ * When the awaited peer last ran on this very CPU, spinning only delays it: the rank yields,
+ * or on the small path moves to another CPU (see leave_cpu). After spinning the wait yields
+ * the CPU, then sleeps in short steps. Every step checks this rank's abort flag and the
+ * awaited peer's failure word; the clock is read once per burst of pauses, and the deadline
+ * and the peer's process are only checked there, so the fast path makes no syscall. */
 #include <errno.h>
 #include <poll.h>
 #include <sched.h>
@@ -37,14 +40,15 @@
 /* Pauses between looks at the clock (a pause takes 10 to 150 ns, by CPU); spinning budgets
  * (see the top of the file); the yielding phase before sleeps, sleep bounds, and how often a
  * peer's process is checked. */
-#define ENG_SPIN_BURST        16u
-#define ENG_SPIN_DEDICATED_NS (100u * 1000u)
-#define ENG_SPIN_SHARED_NS    (2u * 1000u)
-#define ENG_MOVE_INTERVAL_NS  (1000u * 1000u)
-#define ENG_YIELD_NS          (2u * 1000u * 1000u)
-#define ENG_SLEEP_MIN_NS      (20u * 1000u)
-#define ENG_SLEEP_MAX_NS      (500u * 1000u)
-#define ENG_LIVENESS_NS       (5u * 1000u * 1000u)
+#define ENG_SPIN_BURST       16u
+#define ENG_SPIN_LATENCY_NS  (100u * 1000u)
+#define ENG_SPIN_BULK_NS     (20u * 1000u)
+#define ENG_SPIN_SHARED_NS   (2u * 1000u)
+#define ENG_MOVE_INTERVAL_NS (1000u * 1000u)
+#define ENG_YIELD_NS         (2u * 1000u * 1000u)
+#define ENG_SLEEP_MIN_NS     (20u * 1000u)
+#define ENG_SLEEP_MAX_NS     (500u * 1000u)
+#define ENG_LIVENESS_NS      (5u * 1000u * 1000u)
 
 uint64_t eng_now_ns(void)
 {
@@ -175,7 +179,6 @@ static long usable_cpus(void)
 void eng_choose_spin(hal_engine_comm_t *c)
 {
     c->cpu_each = usable_cpus() >= c->nranks;
-    c->spin_ns = c->cpu_each ? ENG_SPIN_DEDICATED_NS : ENG_SPIN_SHARED_NS;
 }
 
 void eng_note_cpu(hal_engine_comm_t *c)
@@ -265,7 +268,10 @@ hal_status_t eng_backoff(hal_engine_comm_t *c, eng_backoff_t *b, int peer, const
                         c->timeout_ms, what);
     }
     if (!b->spun) {
-        if (waited < c->spin_ns && !b->crowded) {
+        uint64_t budget = !c->cpu_each       ? ENG_SPIN_SHARED_NS
+                          : c->latency_bound ? ENG_SPIN_LATENCY_NS
+                                             : ENG_SPIN_BULK_NS;
+        if (waited < budget && !b->crowded) {
             ENG_PAUSE();
             return HAL_OK;
         }
