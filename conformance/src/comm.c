@@ -963,6 +963,80 @@ int cts_comm_single_thread_all_ranks(cts_ctx_t *ctx)
     return rc;
 }
 
+/* Opens the gate that holds a local job's streams (NULL: none was made), aborts the job's
+ * communicators if the test failed before, and waits for every stream; returns rc, or CTS_FAIL
+ * if a stream ended in an error. */
+static int release_gated(cc_local_t *job, cts_gate_t *gate, int rc)
+{
+    if (gate)
+        cts_gate_open(gate);
+    if (rc != CTS_PASS)
+        for (int r = 0; r < job->nranks; r++)
+            hal_comm_abort(job->comms[r]);
+    for (int r = 0; r < job->nranks; r++) {
+        hal_status_t st = cts_poll_stream(job->streams[r], CC_TIMEOUT_MS + CC_SLACK_MS);
+        if (rc == CTS_PASS && !CTS_EXPECT_OK(st))
+            rc = CTS_FAIL;
+    }
+    return rc;
+}
+
+/* More small collectives than a stream usually holds, all queued behind a closed gate so that
+ * none runs before every one is enqueued (the host path keeps a pool of 256 job records per
+ * communicator and takes memory beyond it): each feeds the next, so every result must land, in
+ * stream order. f64 sums of 1 and 2, then doublings: exact to the end. */
+int cts_comm_queued_burst(cts_ctx_t *ctx)
+{
+    CTS_SKIP_UNLESS_CAP(ctx, HAL_DEVICE_CAP_HOST_CALLBACKS, "host callbacks");
+    enum { OPS = 300 };
+    const size_t bytes = (OPS + 1) * sizeof(double);
+    cc_local_t job;
+    CTS_CHECK(cc_local_open(ctx, &job, 2, CC_TIMEOUT_MS) == CTS_PASS);
+    void *dev[2] = { 0 }, *host[2] = { 0 };
+    cts_gate_t *gate = cts_gate_new(ctx);
+    int rc = gate ? CTS_PASS : CTS_FAIL;
+    for (int r = 0; r < 2 && rc == CTS_PASS; r++) {
+        if (!CTS_EXPECT_OK(hal_mem_alloc(job.devices[r], HAL_MEM_KIND_DEVICE, bytes, 0, &dev[r])) ||
+            !CTS_EXPECT_OK(
+                hal_mem_alloc(job.devices[r], HAL_MEM_KIND_HOST_PINNED, bytes, 0, &host[r]))) {
+            rc = CTS_FAIL;
+            break;
+        }
+        double *h = host[r];
+        h[0] = r + 1;
+        if (!CTS_EXPECT_OK(cts_copy_sync(dev[r], host[r], sizeof(double), job.streams[r])) ||
+            !CTS_EXPECT_OK(cts_gate_enqueue(gate, job.streams[r])))
+            rc = CTS_FAIL;
+        double *d = dev[r];
+        for (int i = 0; i < OPS && rc == CTS_PASS; i++)
+            if (!CTS_EXPECT_OK(hal_allreduce(d + i, d + i + 1, 1, HAL_DTYPE_F64, HAL_REDOP_SUM,
+                                             job.comms[r], job.streams[r])))
+                rc = CTS_FAIL;
+        if (rc == CTS_PASS &&
+            !CTS_EXPECT_OK(hal_memcpy_async(host[r], dev[r], bytes, job.streams[r])))
+            rc = CTS_FAIL;
+    }
+    rc = release_gated(&job, gate, rc);
+    for (int r = 0; r < 2 && rc == CTS_PASS; r++) {
+        const double *h = host[r];
+        double want = 3;
+        for (int i = 1; i <= OPS && rc == CTS_PASS; i++, want *= 2)
+            if (h[i] != want) {
+                cts_failf(__FILE__, __LINE__, "rank %d: result %d of %d is %g, expected %g", r, i,
+                          OPS, h[i], want);
+                rc = CTS_FAIL;
+            }
+    }
+    for (int r = 0; r < 2; r++) {
+        if (dev[r] != NULL)
+            hal_mem_free(dev[r]);
+        if (host[r] != NULL)
+            hal_mem_free(host[r]);
+    }
+    cc_local_close(&job);
+    return rc;
+}
+
 /* Collective buffers may be device, pinned or shared memory of the backend, and the stream may
  * be the device's default stream. */
 int cts_comm_memory_kinds(cts_ctx_t *ctx)
@@ -1073,15 +1147,7 @@ int cts_comm_stream_order(cts_ctx_t *ctx)
             if (!CTS_EXPECT_STATUS(hal_stream_query(job.streams[r]), HAL_NOT_READY))
                 rc = CTS_FAIL;
     }
-    cts_gate_open(gate);
-    if (rc != CTS_PASS)
-        for (int r = 0; r < 2; r++)
-            hal_comm_abort(job.comms[r]);
-    for (int r = 0; r < 2; r++) {
-        hal_status_t st = cts_poll_stream(job.streams[r], CC_TIMEOUT_MS + CC_SLACK_MS);
-        if (rc == CTS_PASS && !CTS_EXPECT_OK(st))
-            rc = CTS_FAIL;
-    }
+    rc = release_gated(&job, gate, rc);
     if (rc == CTS_PASS)
         rc = cc_local_check(&job, &b);
     for (int r = 0; r < 2; r++) {

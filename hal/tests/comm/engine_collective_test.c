@@ -6,6 +6,7 @@
  * bit for bit (AVG of floating types within 2 ULP). Values repeat with a prime period, which
  * keeps the reference cheap for large counts while still catching misplaced blocks. */
 #include <math.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -470,6 +471,72 @@ CTEST(engine_kinds, tcp_1_to_3)
     CTEST_CHECK(run_kinds(ET_THREADS, 1, false, true, 4) == CTEST_PASS);
     CTEST_CHECK(run_kinds(ET_THREADS, 2, false, true, 5) == CTEST_PASS);
     CTEST_CHECK(run_kinds(ET_PROCESSES, 3, false, true, 4) == CTEST_PASS);
+    return CTEST_PASS;
+}
+
+/* ---- small collectives while the ranks share one CPU ----
+ * A rank waiting for a peer that runs on its own CPU must not spin it away. The ranks are
+ * first pinned to one CPU (a waiter can only yield), then given their CPUs back while still on
+ * that one (a waiter may move to another CPU): the results must be right either way, and a
+ * move must leave the thread's allowed CPUs as they were. */
+
+#define SHARED_CPU_OPS 300
+
+static int small_allreduces(et_rank_t *r, unsigned char *send, unsigned char *recv)
+{
+    expect_t in, want;
+    input_reduce(HAL_DTYPE_F32, HAL_REDOP_SUM, r->rank, &in);
+    expect_reduce(HAL_DTYPE_F32, HAL_REDOP_SUM, r->nranks, &want);
+    fill(HAL_DTYPE_F32, &in, send, 2, 0);
+    for (int it = 0; it < SHARED_CPU_OPS; it++) {
+        memset(recv, 0xff, 8);
+        hal_engine_op_t o = { .kind = HAL_ENGINE_ALLREDUCE,
+                              .sendbuf = send,
+                              .recvbuf = recv,
+                              .count = 2,
+                              .dtype = HAL_DTYPE_F32,
+                              .op = HAL_REDOP_SUM };
+        hal_status_t st = run1(r, &o);
+        if (st != HAL_OK)
+            return ET_FAIL(r, "allreduce %d: %s: %s", it, hal_status_string(st),
+                           hal_last_error_message());
+        if (check(r, "allreduce on a shared CPU", &want, recv, 2, 0))
+            return 1;
+    }
+    return 0;
+}
+
+static int body_shared_cpu(et_rank_t *r)
+{
+    unsigned char *send = et_alloc(r, 8), *recv = et_alloc(r, 8);
+    ET_CHECK(r, send && recv);
+    cpu_set_t all, one;
+    ET_CHECK(r, sched_getaffinity(0, sizeof(all), &all) == 0);
+    int first = 0;
+    while (!CPU_ISSET(first, &all))
+        first++;
+    CPU_ZERO(&one);
+    CPU_SET(first, &one);
+    ET_CHECK(r, sched_setaffinity(0, sizeof(one), &one) == 0);
+    if (small_allreduces(r, send, recv))
+        return 1;
+    ET_CHECK(r, sched_setaffinity(0, sizeof(all), &all) == 0);
+    if (small_allreduces(r, send, recv))
+        return 1;
+    cpu_set_t after;
+    ET_CHECK(r, sched_getaffinity(0, sizeof(after), &after) == 0);
+    ET_CHECK(r, CPU_EQUAL(&after, &all));
+    et_free(r, send);
+    et_free(r, recv);
+    return 0;
+}
+
+CTEST(engine_kinds, small_on_a_shared_cpu)
+{
+    et_opts_t o = { .mode = ET_THREADS, .nranks = 2 };
+    CTEST_CHECK(et_run(&o, body_shared_cpu, NULL, NULL) == 0);
+    o.mode = ET_PROCESSES;
+    CTEST_CHECK(et_run(&o, body_shared_cpu, NULL, NULL) == 0);
     return CTEST_PASS;
 }
 
