@@ -52,6 +52,10 @@ def exported(lib):
         fields = line.split()
         if len(fields) < 3 or fields[1] == "A":  # "A": the version node itself
             continue
+        # A local symbol (lower case but for the weak and unique ones) binds nothing outside the
+        # library; the linker lists hidden thread-locals that TLS descriptors refer to.
+        if fields[1].islower() and fields[1] not in "uvw":
+            continue
         name, _, version = fields[2].partition("@")
         symbols[name] = version.lstrip("@") or None
     return symbols
