@@ -11,6 +11,9 @@
 #                                           (PTX, cubin, fatbin built by nvcc) (HAL_CTS_FIXTURE_DIR)
 #   fixtures/cts_triton_add.{cubin,launch}  a Triton kernel compiled for sm_90 ahead of time
 #                                           (tools/triton_aot.py), launched by program.triton_cubin
+#   python/torch_hal                        the PyTorch bridge, built against this machine's torch
+#                                           (run.sh's torch.compile step; the GPU machine needs
+#                                           the same torch and the triton package)
 #   fallback-lib/                           this machine's libstdc++ and libgcc_s, used only where
 #                                           the GPU machine's are older
 #   MANIFEST.txt                            commit, CUDA and NCCL header versions, checksums
@@ -95,6 +98,13 @@ if ! python3 -c 'import triton' 2>/dev/null; then
 fi
 TRITON_CACHE_DIR="$REPO/out/triton-cache" python3 tools/triton_aot.py --arch 90 \
     --out "$DEST/fixtures" conformance/fixtures/triton_kernels.py
+# The PyTorch bridge for run.sh's torch.compile step, built in place against this machine's
+# torch (its HAL libraries from the Bazel outputs; the cuda backend comes from backends/).
+log "building the PyTorch bridge (bridge/, in place) for the torch.compile step"
+(cd bridge && python3 setup.py -q build_ext --inplace)
+mkdir -p "$DEST/python"
+cp -a bridge/torch_hal "$DEST/python/"
+find "$DEST/python" -name __pycache__ -prune -exec rm -rf {} +
 for lib in libstdc++.so.6 libgcc_s.so.1; do
     src=$(gcc -print-file-name="$lib")
     [ -e "$src" ] && install -m 0644 "$(readlink -f "$src")" "$DEST/fallback-lib/$lib"

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Runs the conformance suite, the cuda backend's own GPU tests (cuda_api_test, cuda_slot_test)
-# and hal_bench's cuda part on an NVIDIA GPU, on a machine that has the CUDA driver and runtime
-# but neither Bazel nor GoogleTest. See hal_backends/cuda/README.md.
+# Runs the conformance suite, the cuda backend's own GPU tests (cuda_api_test, cuda_slot_test),
+# hal_bench's cuda part and torch.compile on a torch_hal cuda device (compile_check.py) on an
+# NVIDIA GPU, on a machine that has the CUDA driver and runtime but neither Bazel nor
+# GoogleTest (torch.compile also needs torch 2.13.0 and triton there). See
+# hal_backends/cuda/README.md.
 #
 #   bash conformance/gpu/run.sh [--dry-run] [--from-source] [--quick] [--bundle DIR] [--out DIR]
 #
@@ -14,7 +16,7 @@
 # Results go to $OUT (default out/gpu-run), at most 8 files: run.log (this script's progress),
 # env.txt (GPU, driver, toolkit, libraries, bundle manifest), conformance.log, conformance.json
 # (GoogleTest JSON of every area), conformance.md (summary), cuda_tests.log (the backend's
-# tests), bench.txt.
+# tests), bench.txt, compile.log (torch.compile against eager).
 #
 # --dry-run   check the bundle and the machine, print the plan, run nothing on a GPU.
 # --quick     hal_bench --quick, and conformance without the collectives' process jobs.
@@ -34,7 +36,7 @@ DRY_RUN=0
 FROM_SOURCE=0
 QUICK=0
 
-usage() { sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,26p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -162,6 +164,7 @@ BENCH=""
 CUDA_TESTS=() # the backend's tests, from the bundle
 BACKENDS=""
 FIXTURES=""
+BUNDLE_PYTHON="" # the bundle's bridge (torch_hal), for the torch.compile step
 
 use_bundle() {
     local b=$BUNDLE
@@ -190,6 +193,7 @@ use_bundle() {
     done
     BACKENDS="$b/backends"
     FIXTURES="$b/fixtures"
+    [ -e "$b/python/torch_hal/__init__.py" ] && BUNDLE_PYTHON="$b/python"
     [ -e "$b/fixtures/cts_triton_add.cubin" ] || log "bundle: fixtures/cts_triton_add.cubin is" \
         "missing (program.triton_cubin will fail; make gpu-bundle compiles it with triton)"
     log "binaries: the bundle ($(grep -m1 '^commit' "$b/MANIFEST.txt" 2>/dev/null || echo 'no manifest'))"
@@ -352,6 +356,8 @@ if [ "$DRY_RUN" = 1 ]; then
     [ ${#CUDA_TEST_RUNS[@]} -gt 0 ] || log "  (no backend tests: they need the bundle)"
     log "  $BENCH --part=cuda$([ "$QUICK" = 1 ] && echo ' --quick')"
     log "  $BENCH --part=launch --backend=cuda$([ "$QUICK" = 1 ] && echo ' --quick')"
+    log "  TORCH_HAL_BACKEND=cuda PYTHONPATH=${BUNDLE_PYTHON:-(no bridge in the bundle)}" \
+        "python3 $HERE/compile_check.py"
     [ "$GPU_OK" = 1 ] || log "dry run: and this machine has no CUDA device (see above)"
     if [ -n "$CONFORMANCE" ]; then
         "$CONFORMANCE" --help >/dev/null 2>&1 && log "dry run: the harness starts" ||
@@ -459,6 +465,33 @@ bench_args=(--part=launch --backend=cuda)
 timeout -k 5 "$t" "$BENCH" "${bench_args[@]}" >>"$OUTDIR/bench.txt" 2>&1 || rc=$?
 log "bench launch: $(grep -E 'launch (enqueue|round trip)' "$OUTDIR/bench.txt" | tr '\n' ';' || true) (exit $rc)"
 [ "$rc" = 0 ] || fail_step "bench launch (exit $rc)"
+
+# ---- torch.compile ------------------------------------------------------------------------------
+
+# torch.compile on a torch_hal device of the cuda backend (Inductor's Triton kernels compiled for
+# the GPU and launched through the HAL), compared with eager: compile_check.py. It needs the
+# bridge from the bundle (python/torch_hal, built against torch 2.13.0) and, on this machine,
+# torch 2.13.0 and the triton package; without them the step fails, saying which is missing.
+COMPILE_LOG="$OUTDIR/compile.log"
+compile_missing=""
+if [ -z "$BUNDLE_PYTHON" ]; then
+    compile_missing="the bundle's bridge (python/torch_hal: make gpu-bundle)"
+elif ! python3 -c 'import torch, triton' >/dev/null 2>&1; then
+    compile_missing="torch and triton for python3 ($(python3 -c 'import torch, triton' 2>&1 | tail -1))"
+fi
+if [ -n "$compile_missing" ]; then
+    log "torch.compile: not run, missing $compile_missing"
+    fail_step "torch.compile not run"
+else
+    t=$(step_timeout 180)
+    log "torch.compile: compile_check.py on cuda (timeout ${t}s)"
+    rc=0
+    TORCH_HAL_BACKEND=cuda PYTHONPATH="$BUNDLE_PYTHON${PYTHONPATH:+:$PYTHONPATH}" \
+        TORCHINDUCTOR_CACHE_DIR="$WORK/inductor" TRITON_CACHE_DIR="$WORK/triton" \
+        timeout -k 5 "$t" python3 "$HERE/compile_check.py" >"$COMPILE_LOG" 2>&1 || rc=$?
+    while IFS= read -r line; do log "torch.compile: $line"; done < <(grep -E '^compile check' "$COMPILE_LOG")
+    [ "$rc" = 0 ] || fail_step "torch.compile (exit $rc)"
+fi
 
 # ---- end ---------------------------------------------------------------------------------------
 
