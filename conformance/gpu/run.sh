@@ -226,7 +226,8 @@ build_from_source() {
         local hal_srcs=(hal/src/*.c hal/src/comm/*.c hal/layers/*.c hal/services/*.c)
         local backend_srcs=(hal_backends/cuda/cuda_*.c)
         local bench_srcs=(bench/hal_bench.c bench/bench_util.c bench/bench_mem*.c
-            bench/bench_coll*.c bench/bench_cuda.c bench/bench_launch.c)
+            bench/bench_coll*.c bench/bench_cuda.c bench/bench_launch.c bench/bench_results.c
+            bench/bench_json.c)
         printf '%s\n' "${hal_srcs[@]}" | xargs -P "$(nproc)" -I{} sh -c \
             "$cc ${flags[*]} -c {} -o $out/obj/\$(echo {} | tr / _).o" &&
             "$cc" "${flags[@]}" "${cuda_flags[@]}" -shared -o "$out/backends/libhal_backend_cuda.so" \
