@@ -150,8 +150,9 @@ def test_this_device_does_not_take_triton_kernels(device):
         compiler._cuda_device_properties(device.index)
 
 
+@pytest.mark.own_backend
 def test_inductor_generates_triton_kernels_and_loads_them_through_the_hal(tmp_path):
-    # Triton code generation registered for this machine's device as for a cuda-backend device
+    # Triton code generation registered for a cpu-backend device as for a cuda-backend device
     # of compute capability 9.0 (in a child process: the registration is process-wide). The
     # kernels compile; the device, which loads no cubin, refuses them in hal_program_create.
     script = textwrap.dedent("""
@@ -175,7 +176,8 @@ def test_inductor_generates_triton_kernels_and_loads_them_through_the_hal(tmp_pa
             sys.exit(0)
         sys.exit("the compiled graph ran: the device took a cubin")
         """)
-    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"),
+    env = dict(os.environ, TORCH_HAL_BACKEND="cpu",
+               TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"),
                TORCHINDUCTOR_COMPILE_THREADS="1", TRITON_CACHE_DIR=str(tmp_path / "triton"),
                TRITON_DEFAULT_FP_FUSION="1")
     r = subprocess.run([sys.executable, "-c", script, os.path.join(HERE, "fixtures")],

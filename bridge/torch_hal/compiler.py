@@ -613,6 +613,9 @@ def _make_triton_plugin(device_index, arch):
 
     class HalTritonPlugin(CachingAutotunerPlugin):
         def pre_compile(self, autotuner):
+            if autotuner.compile_results:  # compiled already (precompile is called again)
+                autotuner._make_launchers()
+                return True
             # One configuration, Inductor's first: choosing among several means timing them
             # with Inductor's benchmarker, which uses torch.cuda events.
             cfg = autotuner.configs[0]
