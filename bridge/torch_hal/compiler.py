@@ -723,7 +723,7 @@ def _triton_format(device_index=None):
     """The program format Triton kernels load as on a device ("cubin", else "ptx"), or None
     where the device runs none: it must load one of them and not be host-addressable (a
     host-addressable device runs Inductor's C++ kernels)."""
-    if _C._device_properties(device_index)["host_addressable"]:
+    if _C._device_properties(_get_device_index(device_index, optional=True))["host_addressable"]:
         return None
     formats = programs.formats(device_index)
     return next((f for f in ("cubin", "ptx") if f in formats), None)
