@@ -54,6 +54,22 @@ thread_local c10::DeviceIndex tl_current_device = -1;
 // Current stream id per device for this thread (0 = default stream).
 thread_local std::vector<c10::StreamId> tl_current_streams;
 
+// The name PyTorch's PrivateUse1 device takes: the backend's device-type name, unless that is
+// one of PyTorch's own device types (the cuda backend's "cuda"), which PrivateUse1 cannot be
+// renamed to; such a backend's device is "hal", as is a backend's that names none.
+std::string torchDeviceTypeName(const char *backend_device_name)
+{
+    if (backend_device_name == nullptr || backend_device_name[0] == '\0')
+        return "hal";
+    for (int t = 0; t < c10::COMPILE_TIME_MAX_DEVICE_TYPES; t++) {
+        auto type = static_cast<c10::DeviceType>(t);
+        if (type != c10::DeviceType::PrivateUse1 &&
+            c10::DeviceTypeName(type, /*lower_case=*/true) == backend_device_name)
+            return "hal";
+    }
+    return backend_device_name;
+}
+
 DeviceState &state(c10::DeviceIndex index)
 {
     checkDevice(index);
@@ -180,7 +196,7 @@ bool openBackend(const std::string &name, std::string *error)
         return false;
     }
     st->name = backend_name;
-    st->device_type_name = device_name != nullptr && device_name[0] != '\0' ? device_name : "hal";
+    st->device_type_name = torchDeviceTypeName(device_name);
 
     uint32_t count = 0;
     s = hal_device_count(st->backend, &count);
