@@ -90,11 +90,18 @@ def main():
         return 1
     import triton
 
+    import torch_hal.compiler
+    import torch_hal.programs
+
     device = torch.device(torch_hal.device_type(), 0)
-    props = torch_hal.compiler._triton_device_properties(0)
+    try:
+        props = torch_hal.compiler._triton_device_properties(0)
+        arch = f"{props.name}, sm_{props.major}{props.minor}"
+    except RuntimeError as e:  # the triton kernels check below fails too, saying why
+        arch = f"no compute capability: {e}"
     print(f"compile check setup: torch {torch.__version__}, triton {triton.__version__}, "
-          f"backend {torch_hal.backend_name()}, device {device} ({props.name}, sm_"
-          f"{props.major}{props.minor}), program formats {torch_hal.programs.formats(0)}")
+          f"backend {torch_hal.backend_name()}, device {device} ({arch}), program formats "
+          f"{torch_hal.programs.formats(0)}")
     for name, check in (("triton kernels", uses_triton_kernels),
                         ("pointwise+reduction", check_pointwise_reduction),
                         ("training step", check_training_step)):
