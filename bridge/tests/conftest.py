@@ -48,7 +48,8 @@ def pytest_configure(config):
         "(OpenReg) a test stands for (test_openreg_generic.py)")
     config.addinivalue_line(
         "markers", "own_backend: the test starts processes on a backend it chooses itself, "
-        "whatever TORCH_HAL_BACKEND this run has; it is the same test in every run, so "
+        "or uses no device at all, whatever TORCH_HAL_BACKEND this run has; it is the "
+        "same test in every run, so "
         "`make test-bridge` runs it once (in the cpu run: the trainium run passes "
         "-m 'not own_backend')")
 

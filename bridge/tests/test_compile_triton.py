@@ -64,6 +64,7 @@ def ptx_parameters(binary):
     return [(int(bits) // 8, bool(ptr)) for _, bits, ptr in params]
 
 
+@pytest.mark.own_backend  # compiles for sm_90 whatever the backend: once, in the cpu run
 def test_inductor_kernels_compile_to_sm90_cubins(compiled):
     for name, binary in compiled.items():
         cubin = binary.asm["cubin"]
@@ -75,6 +76,7 @@ def test_inductor_kernels_compile_to_sm90_cubins(compiled):
         assert binary.metadata.target.arch == 90
 
 
+@pytest.mark.own_backend  # compiles for sm_90 whatever the backend: once, in the cpu run
 def test_launch_arguments_follow_the_compiled_kernels_parameters(compiled):
     x, y = torch.ones(64, 33), torch.ones(64, 33)
     mean, out = torch.zeros(()), torch.zeros(64)
@@ -106,6 +108,7 @@ def test_launch_arguments_follow_the_compiled_kernels_parameters(compiled):
         assert launcher.shared == binary.metadata.shared
 
 
+@pytest.mark.own_backend  # uses no device: once, in the cpu run
 def test_scalars_are_encoded_as_tritons_launcher_encodes_them():
     encode = compiler._triton_scalar_bytes
     assert encode(True, "i1") == b"\x01"
@@ -120,6 +123,7 @@ def test_scalars_are_encoded_as_tritons_launcher_encodes_them():
     assert encode(0.1, "fp64") == struct.pack("<d", 0.1)
 
 
+@pytest.mark.own_backend  # compiles for sm_90 whatever the backend: once, in the cpu run
 def test_launcher_refuses_wrong_arguments(compiled):
     launcher = compiler.TritonLauncher(compiled["triton_red_fused_mean_sin_0"])
     x = torch.ones(4)
@@ -131,6 +135,7 @@ def test_launcher_refuses_wrong_arguments(compiled):
         compiler.triton_parameters({"desc": "tensordesc<fp32[16]>", "n": "i32"})
 
 
+@pytest.mark.own_backend  # compiles for sm_90 whatever the backend: once, in the cpu run
 def test_launches_the_hal_cannot_express_are_refused():
     fn = _fixture().KERNELS["triton_red_fused_mean_sin_0"]
     meta = _fixture().TRITON_META["triton_red_fused_mean_sin_0"]
