@@ -19,7 +19,7 @@ GradScaler, clipping, AdamW):
           (torch.neuron.Event) gives the time those bytes alone would take.
 
 torch.compile: the cpu backend's step once more with the model compiled (torch.compile(model),
-no backend argument: Inductor's C++ kernels launched through the HAL program API on the device,
+no backend argument: Inductor's C++ kernels run in place on the device's memory,
 and Inductor on plain CPU tensors), so four variants are compared in one run: plain CPU eager,
 plain CPU compiled, hal eager, hal compiled. Targets: hal compiled <= 1.05x plain CPU compiled,
 and hal compiled faster than plain CPU eager (--skip-compile leaves them out).

@@ -1,8 +1,9 @@
 """torch.compile on the torch_hal device (torch_hal.compiler), with no backend argument.
 
-On a device that loads host shared objects (the cpu backend) Inductor generates C++ kernels
-that are loaded and launched through the HAL program API: where Inductor generates the same
-kernels as for plain CPU tensors the results are the same bits; a training step is compared
+On a device that loads host shared objects (the cpu backend) Inductor generates C++ kernels,
+built as for plain CPU tensors and run in place on its host-addressable memory (or loaded and
+launched through the HAL program API): where Inductor generates the same kernels as for plain
+CPU tensors the results are the same bits; a training step is compared
 within float32 rounding (see test_training_step_matches_cpu_compiled).
 On other devices (trainium) the Dynamo interface is registered and says why Inductor has no
 code generator for the device.
@@ -65,7 +66,8 @@ def test_compiled_kernels_match_cpu_compiled_bits(device):
     assert torch.equal(out.cpu(), ref)
     torch.testing.assert_close(out.cpu(), fused(x, y))
     code = "\n".join(codes)
-    # The kernels are HAL programs, launched without waiting for the device.
+    # The generated code never waits for the device itself (load_host_kernel's kernels order
+    # themselves after the stream's work).
     assert "load_host_kernel(" in code
     call = code[code.index("def call("):]
     assert "synchronize" not in call
@@ -102,6 +104,41 @@ def test_training_step_matches_cpu_compiled(device):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
 
 
+# A kernel as Inductor writes them (extern "C" void kernel(...)): out[i] = in[i] * 2 + 1.
+SCALE_KERNEL = r"""
+#include <cstdint>
+extern "C" void kernel(const float* in_ptr0, float* out_ptr0, const int64_t ks0)
+{
+    for (int64_t i = 0; i < ks0; ++i)
+        out_ptr0[i] = in_ptr0[i] * 2.0f + 1.0f;
+}
+"""
+
+
+@pytest.mark.parametrize("launch", ["", "stream"])
+def test_kernels_run_after_the_streams_earlier_work(device, host_addressable, launch,
+                                                    monkeypatch):
+    """Where device memory is host-addressable, kernels run on the calling thread (no stream
+    launch, no worker thread to wake) once the current stream has done its work, here an
+    asynchronous copy still queued; TORCH_HAL_COMPILE_LAUNCH=stream launches them on the
+    stream, as on every device that is not host-addressable."""
+    if not host_addressable:
+        pytest.skip("kernels run in place only where device memory is host-addressable")
+    monkeypatch.setenv("TORCH_HAL_COMPILE_LAUNCH", launch)
+    kernel = compiler.load_host_kernel(["const float*", "float*", "const int64_t"],
+                                       SCALE_KERNEL, device.index or 0)
+    assert isinstance(kernel, compiler.HostKernel if launch else compiler.InPlaceKernel)
+    n = 1 << 20
+    host = torch.arange(n, dtype=torch.float32).pin_memory()
+    src = torch.zeros(n, device=device)
+    out = torch.empty(n, device=device)
+    for _ in range(3):
+        src.copy_(host, non_blocking=True)
+        kernel(src, out, n)
+        assert torch.equal(out.cpu(), host * 2 + 1)
+        host.neg_()
+
+
 def test_dynamic_shapes(device):
     f = torch.compile(fused, dynamic=True)
     for n in (5, 17, 40):
@@ -131,9 +168,9 @@ except RuntimeError as e:
 
 
 def test_a_failing_kernel_reports_its_error(device_type, device):
-    """An index Inductor checks in the kernel (out of bounds here) fails the launch: the error
-    latches on the stream and names the kernel's check (a child process: a latched stream
-    stays failed)."""
+    """An index Inductor checks in the kernel (out of bounds here) fails the kernel: the error
+    names the kernel's check (raised by the call where kernels run in place, latched on the
+    stream where they are launched; a child process: a latched stream stays failed)."""
     proc = subprocess.run([sys.executable, "-c", FAILING_KERNEL.format(dev=device_type)],
                           capture_output=True, text=True, timeout=600, env=dict(os.environ))
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -10,13 +10,16 @@ and :func:`register` (called from there, so ``import torch`` does not load Induc
   ``torch_hal.programs.formats()``; the cpu backend): ``register_backend_for_device`` with
   Inductor's own C++ scheduling and Python wrapper, changed in two places only. Each C++ kernel
   Inductor generates is compiled exactly as for the CPU (same compiler flags, vector ISA and
-  OpenMP settings: the same kernel gives the same bits) together with an entry point in the HAL's
-  host calling convention (``hal/include/hal/hal_program.h``), loaded with
-  ``hal_program_create`` and launched with ``hal_kernel_launch`` on the device's current
-  stream: the generated code never waits for the device. Buffers come from the device's
-  caching allocator; operators Inductor does not generate (matmuls and other extern kernels)
-  run as device operators, through the bridge's fallback, which orders them after pending
-  launches.
+  OpenMP settings: the same kernel gives the same bits). Where the device's memory is
+  host-addressable (the cpu backend) the kernel is bound as for the CPU and runs on the calling
+  thread once the current stream has done its earlier work, as the fallback runs operators
+  (:class:`InPlaceKernel`); elsewhere, or with ``TORCH_HAL_COMPILE_LAUNCH=stream``, it gets an
+  entry point in the HAL's host calling convention (``hal/include/hal/hal_program.h``), is
+  loaded with ``hal_program_create`` and launched with ``hal_kernel_launch`` on the device's
+  current stream (:class:`HostKernel`). Either way the generated code never waits for the
+  device itself. Buffers come from the device's caching allocator; operators Inductor does
+  not generate (matmuls and other extern kernels) run as device operators, through the
+  bridge's fallback, which orders them after pending launches.
 * Inductor, on devices that load cubin (or PTX) and are not host-addressable (the cuda
   backend): Inductor's own Triton scheduling; each Triton kernel is compiled for the device's
   compute capability, loaded with ``hal_program_create`` and launched with
@@ -29,7 +32,8 @@ and :func:`register` (called from there, so ``import torch`` does not load Induc
 torch 2.13.0's Inductor takes any device that is not "cpu" for a GPU in places; the settings
 this needs are in :func:`_configure_inductor` (bridge/README.md, "torch.compile").
 
-Environment: ``TORCHINDUCTOR_*`` variables work as for the CPU (cache directory, threads).
+Environment: ``TORCHINDUCTOR_*`` variables work as for the CPU (cache directory, threads);
+``TORCH_HAL_COMPILE_LAUNCH=stream`` launches C++ kernels on the stream on every device.
 """
 
 import dataclasses
@@ -41,8 +45,9 @@ import torch
 from . import _C, programs
 from ._utils import _get_device_index
 
-__all__ = ["HostKernel", "load_host_kernel", "get_raw_stream", "TritonLauncher",
-           "compile_triton", "load_triton_binary", "load_triton_kernel", "triton_parameters"]
+__all__ = ["HostKernel", "InPlaceKernel", "load_host_kernel", "get_raw_stream",
+           "TritonLauncher", "compile_triton", "load_triton_binary", "load_triton_kernel",
+           "triton_parameters"]
 
 # The entry point each generated kernel gets, and its argument signature (hal_program.h).
 _ENTRY = "torch_hal_kernel"
@@ -138,12 +143,50 @@ class HostKernel:
         _C._kernel_launch(self._handle, self.device_index, -1, (1,), (1,), 0, args)
 
 
+class InPlaceKernel:
+    """A kernel Inductor generated, for a device whose memory the host addresses (the cpu
+    backend): built and bound exactly as for plain CPU tensors (Inductor's Python binding of
+    the same source, so the same shared object), and run on the calling thread once the
+    device's current stream has done its earlier work, as the fallback runs CPU operators.
+
+    Why not a stream launch there: the launch hands each kernel to the stream's worker thread
+    and the next fallback operator (a matmul, the optimizer) waits for that thread, so every
+    kernel costs two thread wake-ups, and on a loaded host each waits for a CPU. A failing
+    kernel (Inductor's index-bounds checks) raises RuntimeError from the call."""
+
+    __slots__ = ("_run", "device_index")
+
+    def __init__(self, arg_types, source, device_index):
+        from torch._inductor.codecache import CppPythonBindingsCodeCache
+
+        self._run = CppPythonBindingsCodeCache.load_pybinding(arg_types, source,
+                                                              device_type="cpu")
+        self.device_index = device_index
+
+    def __call__(self, *args):
+        torch.accelerator.current_stream(self.device_index).synchronize()
+        self._run(*args)
+
+
+def _runs_in_place(device_index):
+    """Whether the device's kernels run on the calling thread (:class:`InPlaceKernel`): where
+    its memory is host-addressable, unless TORCH_HAL_COMPILE_LAUNCH=stream asks for stream
+    launches (:class:`HostKernel`) there too."""
+    if os.environ.get("TORCH_HAL_COMPILE_LAUNCH", "") == "stream":
+        return False
+    return bool(_C._device_properties(device_index)["host_addressable"])
+
+
 def load_host_kernel(arg_types, source, device_index):
     """Compiles Inductor C++ kernel source (its function named ``kernel``, taking arguments of
-    the C++ types ``arg_types``) for the host and loads it on device ``device_index``.
+    the C++ types ``arg_types``) for the host and makes it callable on device ``device_index``.
 
-    Returns a :class:`HostKernel`. Raises RuntimeError (the compiler's output, or the HAL's
-    message naming the backend and the call) when the source does not build or load."""
+    Returns an :class:`InPlaceKernel` where the device's memory is host-addressable (see
+    :func:`_runs_in_place`), else a :class:`HostKernel` loaded on the device. Raises
+    RuntimeError (the compiler's output, or the HAL's message naming the backend and the call)
+    when the source does not build or load."""
+    if _runs_in_place(device_index):
+        return InPlaceKernel(arg_types, source, device_index)
     include = os.path.join(os.path.dirname(os.path.abspath(__file__)), "include")
     code = source + _entry_source(arg_types)
     image = _code_cache().load(code, device_type="cpu", extra_flags=(f"-I{include}",))
