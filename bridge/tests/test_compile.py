@@ -167,12 +167,14 @@ except RuntimeError as e:
 """
 
 
-def test_a_failing_kernel_reports_its_error(device_type, device):
+@pytest.mark.parametrize("launch", ["", "stream"])
+def test_a_failing_kernel_reports_its_error(device_type, device, launch):
     """An index Inductor checks in the kernel (out of bounds here) fails the kernel: the error
     names the kernel's check (raised by the call where kernels run in place, latched on the
     stream where they are launched; a child process: a latched stream stays failed)."""
+    env = dict(os.environ, TORCH_HAL_COMPILE_LAUNCH=launch)
     proc = subprocess.run([sys.executable, "-c", FAILING_KERNEL.format(dev=device_type)],
-                          capture_output=True, text=True, timeout=600, env=dict(os.environ))
+                          capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "ERROR:" in proc.stdout, proc.stdout + proc.stderr[-3000:]
     assert "index out of bounds" in proc.stdout
@@ -182,7 +184,7 @@ if not GENERATES:
     # Not collected where the device generates no code: they would pass without testing.
     del (test_compiled_kernels_match_cpu_compiled_bits, test_training_step_matches_cpu_compiled,
          test_dynamic_shapes, test_graph_on_another_device_allocates_there,
-         test_a_failing_kernel_reports_its_error)
+         test_a_failing_kernel_reports_its_error, test_kernels_run_after_the_streams_earlier_work)
 
     def test_no_code_generator(device_type, device):
         """A graph on a device without a code generator: with the patch series (0018) it runs
