@@ -1,8 +1,8 @@
 """torch.compile on the torch_hal device (torch_hal.compiler), with no backend argument.
 
 On a device that loads host shared objects (the cpu backend) Inductor generates C++ kernels,
-built as for plain CPU tensors and run in place on its host-addressable memory (or loaded and
-launched through the HAL program API): where Inductor generates the same kernels as for plain
+built as for plain CPU tensors, loaded and launched through the HAL program API (or, with
+TORCH_HAL_COMPILE_LAUNCH=inplace, run in place on its host-addressable memory): where Inductor generates the same kernels as for plain
 CPU tensors the results are the same bits; a training step is compared
 within float32 rounding (see test_training_step_matches_cpu_compiled).
 On other devices (trainium) the Dynamo interface is registered and says why Inductor has no
@@ -115,19 +115,19 @@ extern "C" void kernel(const float* in_ptr0, float* out_ptr0, const int64_t ks0)
 """
 
 
-@pytest.mark.parametrize("launch", ["", "stream"])
+@pytest.mark.parametrize("launch", ["", "inplace"])
 def test_kernels_run_after_the_streams_earlier_work(device, host_addressable, launch,
                                                     monkeypatch):
-    """Where device memory is host-addressable, kernels run on the calling thread (no stream
-    launch, no worker thread to wake) once the current stream has done its work, here an
-    asynchronous copy still queued; TORCH_HAL_COMPILE_LAUNCH=stream launches them on the
-    stream, as on every device that is not host-addressable."""
+    """Kernels are launched on the current stream after its earlier work, here an
+    asynchronous copy still queued; with TORCH_HAL_COMPILE_LAUNCH=inplace, where device memory
+    is host-addressable, they run on the calling thread (no stream launch, no worker thread to
+    wake) once the stream has done that work."""
     if not host_addressable:
         pytest.skip("kernels run in place only where device memory is host-addressable")
     monkeypatch.setenv("TORCH_HAL_COMPILE_LAUNCH", launch)
     kernel = compiler.load_host_kernel(["const float*", "float*", "const int64_t"],
                                        SCALE_KERNEL, device.index or 0)
-    assert isinstance(kernel, compiler.HostKernel if launch else compiler.InPlaceKernel)
+    assert isinstance(kernel, compiler.InPlaceKernel if launch else compiler.HostKernel)
     n = 1 << 20
     host = torch.arange(n, dtype=torch.float32).pin_memory()
     src = torch.zeros(n, device=device)
@@ -137,6 +137,13 @@ def test_kernels_run_after_the_streams_earlier_work(device, host_addressable, la
         kernel(src, out, n)
         assert torch.equal(out.cpu(), host * 2 + 1)
         host.neg_()
+
+
+def test_an_unknown_launch_mode_is_refused(device, monkeypatch):
+    monkeypatch.setenv("TORCH_HAL_COMPILE_LAUNCH", "threads")
+    with pytest.raises(ValueError, match="TORCH_HAL_COMPILE_LAUNCH='threads'"):
+        compiler.load_host_kernel(["const float*", "float*", "const int64_t"], SCALE_KERNEL,
+                                  device.index or 0)
 
 
 def test_dynamic_shapes(device):
@@ -167,11 +174,11 @@ except RuntimeError as e:
 """
 
 
-@pytest.mark.parametrize("launch", ["", "stream"])
+@pytest.mark.parametrize("launch", ["", "inplace"])
 def test_a_failing_kernel_reports_its_error(device_type, device, launch):
     """An index Inductor checks in the kernel (out of bounds here) fails the kernel: the error
-    names the kernel's check (raised by the call where kernels run in place, latched on the
-    stream where they are launched; a child process: a latched stream stays failed)."""
+    names the kernel's check (latched on the stream where kernels are launched, raised by the
+    call where they run in place; a child process: a latched stream stays failed)."""
     env = dict(os.environ, TORCH_HAL_COMPILE_LAUNCH=launch)
     proc = subprocess.run([sys.executable, "-c", FAILING_KERNEL.format(dev=device_type)],
                           capture_output=True, text=True, timeout=600, env=env)
@@ -184,7 +191,8 @@ if not GENERATES:
     # Not collected where the device generates no code: they would pass without testing.
     del (test_compiled_kernels_match_cpu_compiled_bits, test_training_step_matches_cpu_compiled,
          test_dynamic_shapes, test_graph_on_another_device_allocates_there,
-         test_a_failing_kernel_reports_its_error, test_kernels_run_after_the_streams_earlier_work)
+         test_a_failing_kernel_reports_its_error, test_kernels_run_after_the_streams_earlier_work,
+         test_an_unknown_launch_mode_is_refused)
 
     def test_no_code_generator(device_type, device):
         """A graph on a device without a code generator: with the patch series (0018) it runs

@@ -10,16 +10,16 @@ and :func:`register` (called from there, so ``import torch`` does not load Induc
   ``torch_hal.programs.formats()``; the cpu backend): ``register_backend_for_device`` with
   Inductor's own C++ scheduling and Python wrapper, changed in two places only. Each C++ kernel
   Inductor generates is compiled exactly as for the CPU (same compiler flags, vector ISA and
-  OpenMP settings: the same kernel gives the same bits). Where the device's memory is
-  host-addressable (the cpu backend) the kernel is bound as for the CPU and runs on the calling
-  thread once the current stream has done its earlier work, as the fallback runs operators
-  (:class:`InPlaceKernel`); elsewhere, or with ``TORCH_HAL_COMPILE_LAUNCH=stream``, it gets an
-  entry point in the HAL's host calling convention (``hal/include/hal/hal_program.h``), is
-  loaded with ``hal_program_create`` and launched with ``hal_kernel_launch`` on the device's
-  current stream (:class:`HostKernel`). Either way the generated code never waits for the
-  device itself. Buffers come from the device's caching allocator; operators Inductor does
-  not generate (matmuls and other extern kernels) run as device operators, through the
-  bridge's fallback, which orders them after pending launches.
+  OpenMP settings: the same kernel gives the same bits) together with an entry point in the HAL's
+  host calling convention (``hal/include/hal/hal_program.h``), loaded with
+  ``hal_program_create`` and launched with ``hal_kernel_launch`` on the device's current
+  stream (:class:`HostKernel`): the generated code never waits for the device. With
+  ``TORCH_HAL_COMPILE_LAUNCH=inplace``, where the device's memory is host-addressable (the cpu
+  backend), the kernel is instead bound as for the CPU and runs on the calling thread once the
+  current stream has done its earlier work, as the fallback runs operators
+  (:class:`InPlaceKernel`). Buffers come from the device's caching allocator; operators
+  Inductor does not generate (matmuls and other extern kernels) run as device operators,
+  through the bridge's fallback, which orders them after pending launches.
 * Inductor, on devices that load cubin (or PTX) and are not host-addressable (the cuda
   backend): Inductor's own Triton scheduling; each Triton kernel is compiled for the device's
   compute capability, loaded with ``hal_program_create`` and launched with
@@ -33,7 +33,7 @@ torch 2.13.0's Inductor takes any device that is not "cpu" for a GPU in places; 
 this needs are in :func:`_configure_inductor` (bridge/README.md, "torch.compile").
 
 Environment: ``TORCHINDUCTOR_*`` variables work as for the CPU (cache directory, threads);
-``TORCH_HAL_COMPILE_LAUNCH=stream`` launches C++ kernels on the stream on every device.
+``TORCH_HAL_COMPILE_LAUNCH``: ``stream`` (the default) or ``inplace`` (see above).
 """
 
 import dataclasses
@@ -149,10 +149,12 @@ class InPlaceKernel:
     the same source, so the same shared object), and run on the calling thread once the
     device's current stream has done its earlier work, as the fallback runs CPU operators.
 
-    Why not a stream launch there: the launch hands each kernel to the stream's worker thread
-    and the next fallback operator (a matmul, the optimizer) waits for that thread, so every
-    kernel costs two thread wake-ups, and on a loaded host each waits for a CPU. A failing
-    kernel (Inductor's index-bounds checks) raises RuntimeError from the call."""
+    Used with TORCH_HAL_COMPILE_LAUNCH=inplace. What it saves: a stream launch hands each kernel
+    to the stream's worker thread and the next fallback operator (a matmul, the optimizer)
+    waits for that thread, so every kernel costs two thread wake-ups, and on a loaded host each
+    waits for a CPU (examples/bench_step_time.py measures both). What it gives up: the launch
+    is no longer enqueue-only (the calling thread waits for the stream, then runs the kernel).
+    A failing kernel (Inductor's index-bounds checks) raises RuntimeError from the call."""
 
     __slots__ = ("_run", "device_index")
 
@@ -168,11 +170,19 @@ class InPlaceKernel:
         self._run(*args)
 
 
+_LAUNCH_MODES = ("stream", "inplace")
+
+
 def _runs_in_place(device_index):
     """Whether the device's kernels run on the calling thread (:class:`InPlaceKernel`): where
-    its memory is host-addressable, unless TORCH_HAL_COMPILE_LAUNCH=stream asks for stream
-    launches (:class:`HostKernel`) there too."""
-    if os.environ.get("TORCH_HAL_COMPILE_LAUNCH", "") == "stream":
+    TORCH_HAL_COMPILE_LAUNCH=inplace asks for it and the device's memory is host-addressable;
+    otherwise they are launched on the stream (:class:`HostKernel`). Raises ValueError naming
+    the variable for a value other than ``stream``, ``inplace`` or empty."""
+    mode = os.environ.get("TORCH_HAL_COMPILE_LAUNCH", "") or "stream"
+    if mode not in _LAUNCH_MODES:
+        raise ValueError(f"TORCH_HAL_COMPILE_LAUNCH={mode!r}: expected one of "
+                         f"{', '.join(_LAUNCH_MODES)}")
+    if mode == "stream":
         return False
     return bool(_C._device_properties(device_index)["host_addressable"])
 
@@ -181,10 +191,11 @@ def load_host_kernel(arg_types, source, device_index):
     """Compiles Inductor C++ kernel source (its function named ``kernel``, taking arguments of
     the C++ types ``arg_types``) for the host and makes it callable on device ``device_index``.
 
-    Returns an :class:`InPlaceKernel` where the device's memory is host-addressable (see
-    :func:`_runs_in_place`), else a :class:`HostKernel` loaded on the device. Raises
-    RuntimeError (the compiler's output, or the HAL's message naming the backend and the call)
-    when the source does not build or load."""
+    Returns a :class:`HostKernel` loaded on the device, or an :class:`InPlaceKernel` where
+    TORCH_HAL_COMPILE_LAUNCH=inplace and the device's memory is host-addressable (see
+    :func:`_runs_in_place`). Raises RuntimeError (the compiler's output, or the HAL's message
+    naming the backend and the call) when the source does not build or load, ValueError for
+    an unknown TORCH_HAL_COMPILE_LAUNCH."""
     if _runs_in_place(device_index):
         return InPlaceKernel(arg_types, source, device_index)
     include = os.path.join(os.path.dirname(os.path.abspath(__file__)), "include")
