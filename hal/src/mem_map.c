@@ -4,7 +4,14 @@
  * backend's cookie), which is what makes device memory an address with offset arithmetic even
  * for backends whose native memory is an object. A sorted array under a reader-writer lock:
  * lookups (every copy) are O(log n) and read-only; inserts and removals (raw allocations,
- * which the caching allocator keeps rare) move the tail. */
+ * which the caching allocator keeps rare) move the tail.
+ *
+ * Every enqueued collective and copy resolves its pointers here, so a thread keeps copies of the
+ * records it found last and answers from them without the lock while the map's generation is
+ * the one they were copied at. Writers bump the generation whenever a record leaves the map or
+ * changes (inserts change no existing record), so a lookup that follows a free, in any thread
+ * ordered after it, misses the copy and finds the record gone, as it would under the lock. */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,6 +20,29 @@
 static pthread_rwlock_t map_lock = PTHREAD_RWLOCK_INITIALIZER;
 static hal_alloc_record_t *records;
 static size_t record_count, record_capacity;
+
+/* Written under the write lock only; 0 marks an empty cache slot, so it starts at 1. */
+static _Atomic uint64_t map_generation = 1;
+
+/* A collective's send and receive buffers, and a copy's source and destination, are two
+ * allocations: a few slots keep both (and a stream's scratch) without evicting each other. */
+#define LOOKUP_CACHE_SLOTS 4
+
+typedef struct cached_record {
+    uint64_t generation; /* map_generation when copied; 0: empty */
+    hal_alloc_record_t record;
+} cached_record_t;
+
+static _Thread_local struct {
+    cached_record_t slots[LOOKUP_CACHE_SLOTS];
+    unsigned next; /* the slot the next miss replaces */
+} lookup_cache;
+
+/* Invalidates every thread's cached copies. Caller holds the write lock. */
+static void bump_generation(void)
+{
+    atomic_fetch_add_explicit(&map_generation, 1, memory_order_release);
+}
 
 /* Index of the first record whose base is > ptr. Caller holds the lock. */
 static size_t upper_bound(const char *ptr)
@@ -72,12 +102,29 @@ out_unlock:
 
 bool hal_mem_map_lookup(const void *ptr, hal_alloc_record_t *out)
 {
+    const char *p = ptr;
+    uint64_t generation = atomic_load_explicit(&map_generation, memory_order_acquire);
+    for (unsigned k = 0; k < LOOKUP_CACHE_SLOTS; k++) {
+        const cached_record_t *c = &lookup_cache.slots[k];
+        if (c->generation == generation && p >= c->record.base &&
+            p < c->record.base + c->record.size) {
+            *out = c->record;
+            return true;
+        }
+    }
     pthread_rwlock_rdlock(&map_lock);
+    /* Stable while the read lock is held: writers bump it under the write lock. */
+    generation = atomic_load_explicit(&map_generation, memory_order_relaxed);
     size_t i = find_containing(ptr);
     bool found = i != SIZE_MAX;
     if (found)
         *out = records[i];
     pthread_rwlock_unlock(&map_lock);
+    if (found) {
+        cached_record_t *c = &lookup_cache.slots[lookup_cache.next++ % LOOKUP_CACHE_SLOTS];
+        c->generation = generation;
+        c->record = *out;
+    }
     return found;
 }
 
@@ -94,6 +141,7 @@ bool hal_mem_map_take(const void *base, bool mark_pending, hal_alloc_record_t *o
             memmove(&records[i], &records[i + 1], (record_count - i - 1) * sizeof(*records));
             record_count--;
         }
+        bump_generation();
     }
     pthread_rwlock_unlock(&map_lock);
     return found;
@@ -108,6 +156,7 @@ bool hal_mem_map_remove(const void *base)
     if (found) {
         memmove(&records[i], &records[i + 1], (record_count - i - 1) * sizeof(*records));
         record_count--;
+        bump_generation();
     }
     pthread_rwlock_unlock(&map_lock);
     return found;
@@ -125,6 +174,7 @@ void hal_mem_map_drain_device(struct hal_device_s *device,
                 victim = records[i];
                 memmove(&records[i], &records[i + 1], (record_count - i - 1) * sizeof(*records));
                 record_count--;
+                bump_generation();
                 found = true;
                 break;
             }
@@ -142,4 +192,5 @@ void hal_mem_map_reset_after_fork(void)
     /* Only the forking thread exists in the child; the lock may have been held by another. */
     pthread_rwlock_init(&map_lock, NULL);
     record_count = 0;
+    bump_generation();
 }
