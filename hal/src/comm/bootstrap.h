@@ -78,6 +78,10 @@ hal_status_t hal_bootstrap_send(hal_bootstrap_t *b, int peer, uint32_t tag, cons
                                 size_t size);
 hal_status_t hal_bootstrap_recv(hal_bootstrap_t *b, int peer, uint32_t tag, void *data,
                                 size_t size);
+/* A send to `to` and a receive from `from` driven together on one thread (neither may be this
+ * rank). */
+hal_status_t hal_bootstrap_sendrecv(hal_bootstrap_t *b, int to, uint32_t tag, const void *sdata,
+                                    size_t ssize, int from, void *rdata, size_t rsize);
 
 /* Makes every blocked or later call fail with HAL_ERROR_ABORTED. Safe from any thread, but not
  * concurrently with hal_bootstrap_destroy of the same object. */

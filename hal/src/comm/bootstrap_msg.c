@@ -527,6 +527,26 @@ hal_status_t hal_bootstrap_recv(hal_bootstrap_t *b, int peer, uint32_t tag, void
     return bs_xfer_run(b, &x, 1, deadline, call);
 }
 
+/* Sends ssize bytes of sdata to `to` under tag while receiving the next message `from` sent under
+ * tag into rdata (exactly rsize bytes), both driven on the calling thread, so that two ranks
+ * sending each other large messages cannot block on full socket buffers and no second thread is
+ * needed. Neither peer may be this rank. Returns as hal_bootstrap_send and hal_bootstrap_recv (also
+ * HAL_ERROR_INVALID_ARGUMENT for a peer that is this rank). Thread safety: as they. */
+hal_status_t hal_bootstrap_sendrecv(hal_bootstrap_t *b, int to, uint32_t tag, const void *sdata,
+                                    size_t ssize, int from, void *rdata, size_t rsize)
+{
+    const char *call = "bootstrap sendrecv";
+    HAL_CHECK(bs_check_p2p(b, to, sdata, ssize, call));
+    HAL_CHECK(bs_check_p2p(b, from, rdata, rsize, call));
+    if (to == b->rank || from == b->rank)
+        return hal_error(HAL_ERROR_INVALID_ARGUMENT, NULL, call, "peer %d is this rank",
+                         to == b->rank ? to : from);
+    bs_xfer_t x[2];
+    bs_xfer_init(&x[0], to, true, BS_FRAME_DATA, tag, sdata, NULL, ssize);
+    bs_xfer_init(&x[1], from, false, BS_FRAME_DATA, tag, NULL, rdata, rsize);
+    return bs_xfer_run(b, x, 2, bs_now_ms() + b->timeout_ms, call);
+}
+
 /* Sends a bare frame header announcing `size` payload bytes, without the payload: lets the tests
  * play a peer that announces an oversized message. Returns as hal_bootstrap_send. Thread safety: as
  * hal_bootstrap_send. */

@@ -7,10 +7,11 @@
  *
  * The bootstrap's calls block, and a send returns once its bytes are in the socket buffer, so
  * two ranks sending large messages to each other would wait forever for the other to read.
- * Every step therefore runs its transfers concurrently, one thread per (peer, direction), the
- * first on the calling thread; the bootstrap allows one sender and one receiver per connection
- * at a time. Timeouts and aborts are the bootstrap's (it was connected with the job's timeout,
- * and hal_engine_abort aborts it). */
+ * Every step of a collective therefore sends and receives together, both driven on the calling
+ * thread by hal_bootstrap_sendrecv; point-to-point groups run one thread per (peer, direction),
+ * the first on the calling thread. The bootstrap allows one sender and one receiver per
+ * connection at a time. Timeouts and aborts are the bootstrap's (it was connected with the job's
+ * timeout, and hal_engine_abort aborts it). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -150,15 +151,33 @@ static hal_status_t run_tasks(hal_engine_comm_t *c, tcp_task_t *tasks, size_t n,
     return HAL_OK;
 }
 
-/* Sends `sbytes` of sbuf to `to` while receiving `rbytes` into rbuf from `from`. */
+/* Sends `sbytes` of sbuf to `to` while receiving `rbytes` into rbuf from `from`, chunk by chunk,
+ * each pair of chunks driven together on this thread by the bootstrap (no thread per direction:
+ * starting one and handing off to it cost more than a small collective's whole transfer). */
 static hal_status_t exchange(hal_engine_comm_t *c, int to, const void *sbuf, size_t sbytes,
                              int from, void *rbuf, size_t rbytes, const char *call)
 {
-    tcp_task_t t[2] = {
-        { .c = c, .peer = from, .send = false, .buf = rbuf, .bytes = rbytes },
-        { .c = c, .peer = to, .send = true, .buf = (void *)(uintptr_t)sbuf, .bytes = sbytes },
-    };
-    return run_tasks(c, t, 2, call);
+    const unsigned char *s = sbuf;
+    unsigned char *r = rbuf;
+    for (size_t soff = 0, roff = 0; soff < sbytes || roff < rbytes;) {
+        size_t slen = sbytes - soff < ENG_TCP_CHUNK ? sbytes - soff : ENG_TCP_CHUNK;
+        size_t rlen = rbytes - roff < ENG_TCP_CHUNK ? rbytes - roff : ENG_TCP_CHUNK;
+        hal_status_t st;
+        if (slen > 0 && rlen > 0)
+            st = hal_bootstrap_sendrecv(c->bootstrap, to, ENG_TAG_DATA, s + soff, slen, from,
+                                        r + roff, rlen);
+        else if (slen > 0)
+            st = hal_bootstrap_send(c->bootstrap, to, ENG_TAG_DATA, s + soff, slen);
+        else
+            st = hal_bootstrap_recv(c->bootstrap, from, ENG_TAG_DATA, r + roff, rlen);
+        if (st != HAL_OK)
+            return eng_fail(c,
+                            __atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE) ? HAL_ERROR_ABORTED : st,
+                            call, "%s", hal_last_error_message());
+        soff += slen;
+        roff += rlen;
+    }
+    return HAL_OK;
 }
 
 static hal_status_t grow(hal_engine_comm_t *c, size_t bytes, const char *call)

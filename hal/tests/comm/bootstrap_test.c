@@ -174,6 +174,52 @@ CTEST(bootstrap, send_recv_tags_in_order)
     return CTEST_PASS;
 }
 
+/* Both ranks send 4 MiB to each other at once, each on one thread: more than the socket buffers
+ * hold, so a send that waited for its own completion before receiving would never finish. */
+static int sendrecv_body(test_rank_t *r, hal_bootstrap_t *b)
+{
+    const size_t big = 4 << 20;
+    int peer = 1 - r->rank;
+    uint8_t *out = malloc(big), *in = malloc(big);
+    CTEST_CHECK(out != NULL && in != NULL);
+    for (size_t i = 0; i < big; i++)
+        out[i] = pattern(r->rank, i);
+    CTEST_CHECK(hal_bootstrap_sendrecv(b, peer, 3, out, big, peer, in, big) == HAL_OK);
+    for (size_t i = 0; i < big; i += 1021)
+        CTEST_CHECK(in[i] == pattern(peer, i));
+    /* Different sizes each way, and a zero-byte message. */
+    CTEST_CHECK(hal_bootstrap_sendrecv(b, peer, 4, out, r->rank ? 0 : 5, peer, in,
+                                       r->rank ? 5 : 0) == HAL_OK);
+    /* A receive of the wrong size consumes the message and fails; the send still went. */
+    CTEST_CHECK(hal_bootstrap_sendrecv(b, peer, 5, out, 8, peer, in, 4) ==
+                HAL_ERROR_INVALID_ARGUMENT);
+    /* Argument checks: this rank, out of range, NULL with a size. */
+    CTEST_CHECK(hal_bootstrap_sendrecv(b, r->rank, 6, out, 1, peer, in, 1) ==
+                HAL_ERROR_INVALID_ARGUMENT);
+    CTEST_CHECK(strstr(hal_last_error_message(), "is this rank") != NULL);
+    CTEST_CHECK(hal_bootstrap_sendrecv(b, peer, 6, out, 1, 2, in, 1) == HAL_ERROR_INVALID_ARGUMENT);
+    CTEST_CHECK(hal_bootstrap_sendrecv(b, peer, 6, NULL, 1, peer, in, 1) ==
+                HAL_ERROR_INVALID_ARGUMENT);
+    /* The connection is still in step: one more exchange goes through. */
+    CTEST_CHECK(hal_bootstrap_sendrecv(b, peer, 7, out, 3, peer, in, 3) == HAL_OK);
+    CTEST_CHECK(
+        memcmp(in, (uint8_t[]){ pattern(peer, 0), pattern(peer, 1), pattern(peer, 2) }, 3) == 0);
+    free(out);
+    free(in);
+    return CTEST_PASS;
+}
+
+CTEST(bootstrap, sendrecv_both_ways_on_one_thread)
+{
+    hal_unique_id_t id;
+    test_rank_t ranks[2];
+    CTEST_CHECK(hal_bootstrap_new_id(0, TEST_TIMEOUT_MS, &id) == HAL_OK);
+    test_run_job(ranks, 2, &id, sendrecv_body, NULL, NULL);
+    for (int r = 0; r < 2; r++)
+        CTEST_CHECK(ranks[r].status == HAL_OK && ranks[r].result == CTEST_PASS);
+    return CTEST_PASS;
+}
+
 /* The higher rank sends first: it must wait for the lower rank to connect, which happens only
  * when the lower rank gets around to receiving. */
 static int higher_first_body(test_rank_t *r, hal_bootstrap_t *b)
