@@ -2,7 +2,8 @@
 /* Collectives and point to point when the ranks span several hosts: everything goes through
  * the bootstrap's authenticated TCP connections. Correct rather than fast: ring algorithms
  * (reduce-scatter then allgather for allreduce), whole-buffer staging, one descriptor
- * allgather per collective to find ranks that disagree, a header/acknowledgement per message
+ * allgather per collective to find ranks that disagree (a reduction of up to ENG_TCP_INLINE
+ * bytes travels inside it and needs nothing else), a header/acknowledgement per message
  * so both ends of a mismatched send/receive fail.
  *
  * The bootstrap's calls block, and a send returns once its bytes are in the socket buffer, so
@@ -336,26 +337,66 @@ static hal_status_t tcp_alltoall(hal_engine_comm_t *c, const hal_engine_op_t *op
     return HAL_OK;
 }
 
+/* What every rank contributes to the descriptor allgather that starts each collective: its
+ * descriptor and, for a reduction small enough, its whole input, so that such a collective is
+ * that one exchange (the ring would add two round trips per peer). The record has one size
+ * whatever the operation, so ranks that disagree about it still exchange descriptors and fail
+ * with the mismatch. */
+#define ENG_TCP_INLINE 1024
+
+typedef struct tcp_record {
+    eng_desc_t desc;
+    _Alignas(16) unsigned char data[ENG_TCP_INLINE];
+} tcp_record_t;
+
+/* Whether op's input travels in its record. */
+static bool inline_reduction(const hal_engine_op_t *op)
+{
+    return (op->kind == HAL_ENGINE_ALLREDUCE || op->kind == HAL_ENGINE_REDUCE) &&
+           op->count * eng_dtype_size(op->dtype) <= ENG_TCP_INLINE;
+}
+
+/* Reduces the inputs gathered in the records in rank order, so every rank computes the same
+ * bits; a reduce's other ranks have nothing left to do. */
+static hal_status_t inline_allreduce(hal_engine_comm_t *c, const hal_engine_op_t *op,
+                                     const tcp_record_t *all)
+{
+    if (op->count == 0 || (op->kind == HAL_ENGINE_REDUCE && op->root != c->rank))
+        return HAL_OK;
+    const eng_reducer_t *red = eng_reducer(op->dtype, op->op);
+    memcpy(op->recvbuf, all[0].data, op->count * eng_dtype_size(op->dtype));
+    for (int p = 1; p < c->nranks; p++)
+        red->accum(op->recvbuf, all[p].data, op->count);
+    if (red->divide)
+        red->divide(op->recvbuf, op->count, c->nranks);
+    return HAL_OK;
+}
+
 hal_status_t eng_tcp_collective(hal_engine_comm_t *c, const hal_engine_op_t *op)
 {
     const char *call = eng_kind_name(op->kind);
-    eng_desc_t mine;
-    eng_fill_desc(c, op, &mine);
-    mine.seq = ++c->tcp_seq;
-    eng_desc_t *all = calloc((size_t)c->nranks, sizeof(*all));
-    if (!all)
+    bool inline_data = inline_reduction(op);
+    tcp_record_t *mine = calloc((size_t)c->nranks + 1, sizeof(*mine));
+    if (!mine)
         return eng_fail(c, HAL_ERROR_OUT_OF_HOST_MEMORY, call, "out of host memory");
-    hal_status_t st = hal_bootstrap_allgather(c->bootstrap, &mine, sizeof(mine), all);
+    tcp_record_t *all = mine + 1;
+    eng_fill_desc(c, op, &mine->desc);
+    mine->desc.seq = ++c->tcp_seq;
+    if (inline_data && op->count > 0)
+        memcpy(mine->data, op->sendbuf, op->count * eng_dtype_size(op->dtype));
+    hal_status_t st = hal_bootstrap_allgather(c->bootstrap, mine, sizeof(*mine), all);
     if (st != HAL_OK) {
-        free(all);
+        free(mine);
         return eng_fail(c, __atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE) ? HAL_ERROR_ABORTED : st,
                         call, "%s", hal_last_error_message());
     }
     for (int p = 0; p < c->nranks && st == HAL_OK; p++)
-        if (!eng_desc_equal(&all[p], &mine))
-            st = eng_desc_mismatch(c, call, p, &all[p], &mine);
-    free(all);
-    if (st != HAL_OK)
+        if (!eng_desc_equal(&all[p].desc, &mine->desc))
+            st = eng_desc_mismatch(c, call, p, &all[p].desc, &mine->desc);
+    if (st == HAL_OK && inline_data)
+        st = inline_allreduce(c, op, all);
+    free(mine);
+    if (st != HAL_OK || inline_data)
         return st;
     switch (op->kind) {
     case HAL_ENGINE_ALLREDUCE:
