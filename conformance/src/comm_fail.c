@@ -109,6 +109,10 @@ static int bad_calls(cts_ctx_t *ctx, hal_comm_t c, hal_stream_t s, arg_bufs_t *a
     EXPECT_BAD(hal_allreduce(send, recv, n, (hal_dtype_t)-1, sum, c, s));
     EXPECT_BAD(hal_allreduce(send, recv, n, f32, HAL_REDOP_COUNT, c, s));
     EXPECT_BAD(hal_allreduce(send, recv, n, f32, (hal_redop_t)-1, c, s));
+    /* Counts whose byte sizes overflow (allgather's receive size is count x nranks). */
+    EXPECT_BAD(hal_allreduce(send, recv, SIZE_MAX / 4 + 1, f32, sum, c, s));
+    EXPECT_BAD(hal_allgather(send, big, SIZE_MAX / 8 + 1, f32, c, s));
+    EXPECT_BAD(hal_alltoall(big, big + 2 * eb, SIZE_MAX, f32, c, s));
     if (a->other != NULL) {
         EXPECT_BAD(hal_allreduce(a->other, recv, n, f32, sum, c, s));
         EXPECT_BAD(hal_allreduce(send, a->other, n, f32, sum, c, s));

@@ -180,7 +180,10 @@ static hal_status_t prepare(hal_comm_t comm, hal_stream_t stream, const hal_engi
                          op->kind == HAL_ENGINE_SEND || op->kind == HAL_ENGINE_RECV ? "peer"
                                                                                     : "root",
                          op->root, comm->nranks);
-    if (op->count > SIZE_MAX / esize / (size_t)comm->nranks)
+    /* An overflow check without the two divisions (tens of cycles on every enqueue); esize *
+     * nranks cannot overflow. */
+    size_t total_bytes;
+    if (__builtin_mul_overflow(op->count, esize * (size_t)comm->nranks, &total_bytes))
         return hal_error(HAL_ERROR_INVALID_ARGUMENT, name, call, "count %zu is too large",
                          op->count);
     /* Every field is set below (buffer_sizes sets all four sizes and flags for every kind). */
