@@ -8,11 +8,11 @@
  *
  * The bootstrap's calls block, and a send returns once its bytes are in the socket buffer, so
  * two ranks sending large messages to each other would wait forever for the other to read.
- * Every step of a collective therefore sends and receives together, both driven on the calling
- * thread by hal_bootstrap_sendrecv; point-to-point groups run one thread per (peer, direction),
- * the first on the calling thread. The bootstrap allows one sender and one receiver per
- * connection at a time. Timeouts and aborts are the bootstrap's (it was connected with the job's
- * timeout, and hal_engine_abort aborts it). */
+ * Every step therefore sends and receives together: a small step on the calling thread
+ * (hal_bootstrap_sendrecv drives both), a large step and point-to-point groups with one thread
+ * per (peer, direction), the first on the calling thread. The bootstrap allows one sender and
+ * one receiver per connection at a time. Timeouts and aborts are the bootstrap's (it was connected
+ * with the job's timeout, and hal_engine_abort aborts it). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -152,33 +152,36 @@ static hal_status_t run_tasks(hal_engine_comm_t *c, tcp_task_t *tasks, size_t n,
     return HAL_OK;
 }
 
-/* Sends `sbytes` of sbuf to `to` while receiving `rbytes` into rbuf from `from`, chunk by chunk,
- * each pair of chunks driven together on this thread by the bootstrap (no thread per direction:
- * starting one and handing off to it cost more than a small collective's whole transfer). */
+/* Up to this many bytes each way, a step's send and receive run on the calling thread: starting
+ * a thread and handing off to it cost more than the transfer. Larger steps give each direction
+ * a thread, so the kernel's copies into and out of the sockets run on two CPUs at once. */
+#define ENG_TCP_ONE_THREAD ((size_t)256 << 10)
+
+/* Sends `sbytes` of sbuf to `to` while receiving `rbytes` into rbuf from `from`. */
 static hal_status_t exchange(hal_engine_comm_t *c, int to, const void *sbuf, size_t sbytes,
                              int from, void *rbuf, size_t rbytes, const char *call)
 {
-    const unsigned char *s = sbuf;
-    unsigned char *r = rbuf;
-    for (size_t soff = 0, roff = 0; soff < sbytes || roff < rbytes;) {
-        size_t slen = sbytes - soff < ENG_TCP_CHUNK ? sbytes - soff : ENG_TCP_CHUNK;
-        size_t rlen = rbytes - roff < ENG_TCP_CHUNK ? rbytes - roff : ENG_TCP_CHUNK;
-        hal_status_t st;
-        if (slen > 0 && rlen > 0)
-            st = hal_bootstrap_sendrecv(c->bootstrap, to, ENG_TAG_DATA, s + soff, slen, from,
-                                        r + roff, rlen);
-        else if (slen > 0)
-            st = hal_bootstrap_send(c->bootstrap, to, ENG_TAG_DATA, s + soff, slen);
-        else
-            st = hal_bootstrap_recv(c->bootstrap, from, ENG_TAG_DATA, r + roff, rlen);
-        if (st != HAL_OK)
-            return eng_fail(c,
-                            __atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE) ? HAL_ERROR_ABORTED : st,
-                            call, "%s", hal_last_error_message());
-        soff += slen;
-        roff += rlen;
+    if (sbytes > ENG_TCP_ONE_THREAD || rbytes > ENG_TCP_ONE_THREAD) {
+        tcp_task_t t[2] = {
+            { .c = c, .peer = from, .send = false, .buf = rbuf, .bytes = rbytes },
+            { .c = c, .peer = to, .send = true, .buf = (void *)(uintptr_t)sbuf, .bytes = sbytes },
+        };
+        return run_tasks(c, t, 2, call);
     }
-    return HAL_OK;
+    hal_status_t st;
+    if (sbytes > 0 && rbytes > 0)
+        st = hal_bootstrap_sendrecv(c->bootstrap, to, ENG_TAG_DATA, sbuf, sbytes, from, rbuf,
+                                    rbytes);
+    else if (sbytes > 0)
+        st = hal_bootstrap_send(c->bootstrap, to, ENG_TAG_DATA, sbuf, sbytes);
+    else if (rbytes > 0)
+        st = hal_bootstrap_recv(c->bootstrap, from, ENG_TAG_DATA, rbuf, rbytes);
+    else
+        return HAL_OK;
+    if (st == HAL_OK)
+        return HAL_OK;
+    return eng_fail(c, __atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE) ? HAL_ERROR_ABORTED : st,
+                    call, "%s", hal_last_error_message());
 }
 
 static hal_status_t grow(hal_engine_comm_t *c, size_t bytes, const char *call)
