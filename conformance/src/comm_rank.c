@@ -565,9 +565,15 @@ static int run_processes(cts_ctx_t *ctx, const cc_job_t *job)
         if (pj.no_backend) /* a rank cannot run here: do not let the others wait for it */
             kill_all(&pj);
         if (job->kill_rank >= 0 && !victim_killed) {
-            bool all_ready = true;
-            for (int i = 0; i < n; i++)
+            bool all_ready = true, one_left = false;
+            for (int i = 0; i < n; i++) {
                 all_ready = all_ready && pj.children[i].ready;
+                one_left = one_left || (pj.children[i].exited && !pj.children[i].ready);
+            }
+            /* A rank that ended before its ready point (it failed earlier) never reports it, and
+             * the victim waits to be killed: stop the job now rather than at its deadline. */
+            if (one_left && kill_at == 0)
+                kill_all(&pj);
             if (all_ready && kill_at == 0)
                 kill_at = now + job->kill_delay_ms;
             if (kill_at != 0 && now >= kill_at) {
