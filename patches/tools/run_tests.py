@@ -122,7 +122,7 @@ def main(argv=None) -> int:
     for p, tname, (u, tu, ou), (a, ta, oa) in results:
         ok = u == "FAIL" and a == "pass"
         ok_all &= ok
-        table.append((p.number, p.subject, u, a, "ok" if ok else "WRONG"))
+        table.append((p.number, p.subject, u, a, "ok" if ok else "WRONG", tu + ta))
         detail = "" if ok else (f"expected FAIL unpatched and pass patched, got {u} and {a}\n"
                                 f"---- unpatched ----\n{ou[-3000:]}\n---- patched ----\n{oa[-3000:]}")
         cases.append(junit.Case(f"{p.number} {tname}", "pass" if ok else "fail", detail))
@@ -132,17 +132,19 @@ def main(argv=None) -> int:
     if args.markdown:
         print("| patch | concern | unpatched 2.13.0 | patched | |")
         print("|---|---|---|---|---|")
-        for n, subj, u, a, v in table:
+        for n, subj, u, a, v, _ in table:
             print(f"| {n} | {subj} | {u} | {a} | {v} |")
     else:
         w = max(len(s) for _, s, *_ in table)
-        print(f"{'patch':<6} {'concern':<{w}}  {'unpatched':<10} {'patched':<10}")
-        for n, subj, u, a, v in table:
-            print(f"{n:<6} {subj:<{w}}  {u:<10} {a:<10} {v}")
-    n_ok = sum(1 for *_, v in table if v == "ok")
+        print(f"{'patch':<6} {'concern':<{w}}  {'unpatched':<10} {'patched':<10} {'':<5} "
+              f"{'s (both)':>8}")
+        for n, subj, u, a, v, secs in table:
+            print(f"{n:<6} {subj:<{w}}  {u:<10} {a:<10} {v:<5} {secs:8.1f}")
+    n_ok = sum(1 for row in table if row[4] == "ok")
     if args.junit:
         junit.write(args.junit, "patches-tests", cases)
-    print(f"{n_ok} of {len(table)} per-patch tests fail unpatched and pass patched")
+    print(f"{n_ok} of {len(table)} per-patch tests fail unpatched and pass patched "
+          f"({sum(row[5] for row in table):.0f} s of pytest runs, {args.jobs} at a time)")
     return 0 if ok_all else 1
 
 
