@@ -52,6 +52,10 @@ def pytest_configure(config):
         "same test in every run, so "
         "`make test-bridge` runs it once (in the cpu run: the trainium run passes "
         "-m 'not own_backend')")
+    config.addinivalue_line(
+        "markers", "own_backend_trainium: as own_backend, with processes on the Trainium backend; "
+        "`make test-bridge` runs it once, in the trainium run (the cpu run passes "
+        "-m 'not own_backend_trainium'), which is the shorter of the two")
 
 
 def pytest_unconfigure(config):

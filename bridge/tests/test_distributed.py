@@ -5,7 +5,8 @@ tests start their own ranks (2 processes, environment as torchrun sets it, or to
 on the cpu backend, and the *_trainium tests on the Trainium backend over the bundled libnrt
 emulator (each rank claims its own NeuronCore; the emulator's core locks live in a directory of
 the test, so they never collide with cores this process holds). The multi-process tests are
-marked own_backend: they are the same whatever backend the run loaded.
+marked own_backend (own_backend_trainium: those on the Trainium backend): they are the same
+whatever backend the run loaded.
 """
 
 import datetime
@@ -246,7 +247,7 @@ def check_collective_path(path, log):
         assert "is global device" not in log, log
 
 
-@pytest.mark.own_backend
+@pytest.mark.own_backend_trainium
 @pytest.mark.parametrize("path", sorted(COLLECTIVE_PATHS))
 def test_collectives_two_ranks_trainium(tmp_path, path):
     need_emulator()
@@ -262,7 +263,7 @@ def test_collectives_two_ranks_trainium(tmp_path, path):
     check_collective_path(path, proc.stdout + proc.stderr)
 
 
-@pytest.mark.own_backend
+@pytest.mark.own_backend_trainium
 @pytest.mark.parametrize("path", sorted(COLLECTIVE_PATHS))
 def test_ddp_step_matches_cpu_trainium(tmp_path, path):
     need_emulator()
@@ -272,7 +273,7 @@ def test_ddp_step_matches_cpu_trainium(tmp_path, path):
         check_collective_path(path, out + err)
 
 
-@pytest.mark.own_backend
+@pytest.mark.own_backend_trainium
 def test_neuron_cores_claimed_per_local_rank(tmp_path):
     need_emulator()
     # The backend sets the runtime's variable in the C environment (os.environ is a copy taken at
@@ -292,7 +293,7 @@ def test_neuron_cores_claimed_per_local_rank(tmp_path):
     assert out.stdout.split() == ["True", "2-3", "32"], out.stdout + out.stderr
 
 
-@pytest.mark.own_backend
+@pytest.mark.own_backend_trainium
 def test_device_of_local_rank_trainium(tmp_path):
     # Under torchrun, each rank's NeuronCore is torch.device("neuron", LOCAL_RANK), and the other
     # rank's is refused, naming its local rank.
@@ -306,7 +307,7 @@ def test_device_of_local_rank_trainium(tmp_path):
             assert f"OK {name}" in reported, (rank, name, proc.stdout, proc.stderr)
 
 
-@pytest.mark.own_backend
+@pytest.mark.own_backend_trainium
 def test_launcher_does_not_open_a_backend_with_exclusive_devices(tmp_path):
     # torchrun's launcher imports torch but uses no device: a backend whose devices belong to one
     # process each (HAL_BACKEND_FLAG_EXCLUSIVE_DEVICES, read with hal_backend_probe) stays
