@@ -345,7 +345,6 @@ static hal_status_t comm_setup(struct hal_comm_s *comm)
         .bootstrap = bootstrap,
         .timeout_ms = comm->timeout_ms,
         .ipc = comm->use_ipc ? &comm->ipc : NULL,
-        .region_bytes = hal_comm_pipeline_region_bytes(comm),
     };
     HAL_CHECK_GOTO(hal_engine_init(&engine_config, &engine), st, out_bootstrap);
     PUBLISH(comm, engine, engine);

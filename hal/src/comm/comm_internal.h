@@ -114,19 +114,14 @@ void hal_comm_job_end(struct hal_comm_s *comm, const hal_host_collective_t *info
  * pipeline off. Returns HAL_OK or HAL_ERROR_INVALID_ARGUMENT (message set, naming `call`). */
 hal_status_t hal_comm_pipeline_chunk(const char *call, size_t *chunk);
 /* Whether the pipeline runs this call: a collective on a device the host cannot address that
- * spans more than one chunk (at least one when the slots are in the engine's shared region), on
- * a backend with host functions. The answer depends only on the call's kind, count and type,
- * the communicator's chunk size and its engine's region (not on the memory kinds of its
+ * spans more than one chunk, on a backend with host functions. The answer depends only on the
+ * call's kind, count and type and the communicator's chunk size (not on the memory kinds of its
  * buffers, which peers do not know), so every rank decides alike. */
 bool hal_comm_pipeline_takes(const comm_call_t *c);
 /* Enqueues the call through the pipeline. Returns HAL_OK, HAL_ERROR_OUT_OF_HOST_MEMORY or the
  * status of an enqueue the backend refused (the communicator is then failed and its engine
  * aborted, as a partial enqueue cannot be taken back). Thread safety: as any collective. */
 hal_status_t hal_comm_pipeline_enqueue(const comm_call_t *c);
-/* Bytes of the engine's staging region the pipeline's slots need (hal_engine_config_t
- * region_bytes), 0 when the communicator's collectives are never pipelined through it. Thread
- * safety: safe. */
-size_t hal_comm_pipeline_region_bytes(const struct hal_comm_s *comm);
 /* Releases the pipeline (its streams drain first). Destroy only, after the last host job. */
 void hal_comm_pipeline_destroy(struct hal_comm_s *comm);
 

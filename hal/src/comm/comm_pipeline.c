@@ -7,11 +7,6 @@
  *   caller's stream  (host function) the engine's exchange and reduction of chunk k, in its slot
  *   copy-out stream  (the backend's)  host-to-device copy of chunk k-1 out of its slot
  *
- * The slots are the engine's staging region when it has one (ranks on one host): its peers
- * read and write them directly, so the engine moves each byte between ranks with one copy
- * instead of staging it through its own memory, and even a single chunk is worth pipelining.
- * Otherwise (TCP, chunks too large for the region) they are pinned allocations.
- *
  * The copy streams, an event and the slots belong to the communicator and are made by its first
  * pipelined collective. Chunks are numbered across all of its collectives in enqueue order (one
  * collective's tasks are queued at a time), and chunk g uses slot g % PIPE_SLOTS. Host functions
@@ -27,9 +22,8 @@
  *
  * Results: chunk k is the same collective on elements [k * per_chunk, ...) of every rank's block
  * (the whole buffer, or each rank's part for allgather, reduce_scatter and alltoall), staged in
- * place (alltoall: out of place, its slot holding the blocks sent, then those received, so that
- * every rank copies its own share). The engine reduces every element over the ranks in rank order
- * whatever the count, so the results are bit for bit those of the collective in one piece.
+ * place. The engine reduces every element over the ranks in rank order whatever the count, so
+ * the results are bit for bit those of the collective in one piece.
  *
  * Failures: the first failure of a copy, of the engine or of the collective's start (the
  * stream's or the communicator's earlier error, a layer's injected fault) stops the pipeline for
@@ -55,9 +49,6 @@
 #define PIPE_MAX_CHUNK     ((size_t)1 << 30)
 /* Chunk boundaries inside a rank's block are multiples of this many bytes. */
 #define PIPE_ALIGN 64
-/* Largest chunk whose slots the engine keeps in its shared area (PIPE_SLOTS of them per rank,
- * in shared memory): larger ones use pinned slots the engine stages through. */
-#define PIPE_REGION_MAX_CHUNK ((size_t)16 << 20)
 
 struct comm_pipe {
     const hal_backend_ops_t *ops;
@@ -66,7 +57,6 @@ struct comm_pipe {
     void *start;              /* event: the caller's stream reached the collective */
     hal_backend_ptr_t slot[PIPE_SLOTS];
     size_t slot_bytes;
-    bool slots_shared; /* the slots are the engine's staging region, not pinned allocations */
 
     pthread_mutex_t enqueue; /* one collective's tasks at a time: numbers follow queue order */
     uint64_t queued;         /* chunks numbered so far (under enqueue) */
@@ -84,8 +74,7 @@ struct comm_pipe {
 };
 
 /* How a collective is cut: `chunks` chunks of `per_chunk` elements of each of `blocks` blocks
- * (the last one shorter), out of `count` elements per block. An alltoall's slot holds its
- * blocks twice, sent and received, so that the engine runs it out of place. */
+ * (the last one shorter), out of `count` elements per block. */
 typedef struct pipe_geom {
     size_t esize, count, per_chunk, chunks;
     int blocks;
@@ -135,8 +124,7 @@ static void geometry(const hal_engine_op_t *op, int nranks, size_t chunk_bytes, 
     hal_dtype_get_size(op->dtype, &g->esize);
     g->blocks = blocked(op->kind) ? nranks : 1;
     g->count = op->count;
-    size_t slot_blocks = (size_t)g->blocks * (op->kind == HAL_ENGINE_ALLTOALL ? 2 : 1);
-    size_t per = chunk_bytes / (slot_blocks * g->esize);
+    size_t per = chunk_bytes / ((size_t)g->blocks * g->esize);
     size_t align = PIPE_ALIGN / g->esize;
     per = per >= align ? per / align * align : per;
     g->per_chunk = per;
@@ -150,27 +138,13 @@ static size_t chunk_len(const pipe_geom_t *g, size_t k)
     return g->count - first < g->per_chunk ? g->count - first : g->per_chunk;
 }
 
-/* Whether the engine keeps the slots in its shared region (the same answer on every rank). */
-static bool slots_in_region(struct hal_comm_s *comm)
-{
-    size_t region_bytes;
-    return hal_engine_region(__atomic_load_n(&comm->engine, __ATOMIC_ACQUIRE), &region_bytes) &&
-           region_bytes >= PIPE_SLOTS * comm->pipe_chunk;
-}
-
 bool hal_comm_pipeline_takes(const comm_call_t *c)
 {
     struct hal_comm_s *comm = c->comm;
-    size_t largest = c->send_bytes > c->recv_bytes ? c->send_bytes : c->recv_bytes;
     /* Not the memory kinds of the buffers, which peers do not know: every rank must cut the
      * collective alike (see run_pipeline for host memory). */
     if (comm->host_addressable || !comm->pipe_chunk || !comm->ops->stream_launch_host_fn ||
-        largest < comm->pipe_chunk)
-        return false;
-    /* Through shared slots even one chunk is worth it: the engine copies each byte once
-     * between ranks, where staging copies it twice more. */
-    bool shared = slots_in_region(comm);
-    if (largest == comm->pipe_chunk && !shared)
+        (c->send_bytes > c->recv_bytes ? c->send_bytes : c->recv_bytes) <= comm->pipe_chunk)
         return false;
     switch (c->op.kind) {
     case HAL_ENGINE_ALLREDUCE:
@@ -185,7 +159,7 @@ bool hal_comm_pipeline_takes(const comm_call_t *c)
     }
     pipe_geom_t g;
     geometry(&c->op, comm->nranks, comm->pipe_chunk, &g);
-    return g.chunks > 1 || (shared && g.chunks == 1);
+    return g.chunks > 1;
 }
 
 /* The engine's operation on chunk k: a staged buffer is the slot (in place, one block per rank
@@ -204,8 +178,6 @@ static void chunk_op(const pipe_job_t *j, size_t k, unsigned char *slot, hal_eng
         send = mine;
     else if (op->kind == HAL_ENGINE_REDUCE_SCATTER)
         recv = mine;
-    else if (op->kind == HAL_ENGINE_ALLTOALL)
-        recv = slot + (size_t)j->geom.blocks * len * j->geom.esize;
     if (op->sendbuf)
         out->sendbuf = j->stage_send ? send : (const unsigned char *)op->sendbuf + off;
     if (op->recvbuf)
@@ -271,8 +243,6 @@ static int chunk_pieces(const pipe_job_t *j, size_t k, bool in, int i, pipe_piec
                         (op->kind == HAL_ENGINE_REDUCE_SCATTER && in) ||
                         op->kind == HAL_ENGINE_ALLTOALL;
     size_t ub = b >= 0 && user_blocked ? (size_t)b : 0, sb = b >= 0 ? (size_t)b : 0;
-    if (!in && op->kind == HAL_ENGINE_ALLTOALL)
-        sb += (size_t)g->blocks; /* the received half */
     piece->user_off = (ub * g->count + off) * es;
     piece->slot_off = sb * len * es;
     piece->bytes = len * es;
@@ -475,7 +445,7 @@ static void pipe_free(comm_pipe_t *p)
         ops->stream_destroy(p->copy_out);
     if (p->start)
         ops->event_destroy(p->start);
-    for (int s = 0; s < PIPE_SLOTS && !p->slots_shared; s++)
+    for (int s = 0; s < PIPE_SLOTS; s++)
         if (p->slot[s].ptr)
             ops->mem_free(p->device, HAL_MEM_KIND_HOST_PINNED, p->slot[s].ptr, p->slot[s].cookie);
     pthread_cond_destroy(&p->cond);
@@ -502,16 +472,7 @@ static hal_status_t pipe_create(struct hal_comm_s *comm, const char *call, comm_
         st = ops->stream_create(p->device, 0, &p->copy_out);
     if (st == HAL_OK)
         st = ops->event_create(p->device, HAL_EVENT_FLAG_NONE, &p->start);
-    /* Slots in the engine's region are where peers on this host read and write them: the
-     * engine then copies each byte once between ranks instead of through its own staging.
-     * They are ordinary host memory to the backend's copies. */
-    size_t region_bytes;
-    unsigned char *region = hal_engine_region(comm->engine, &region_bytes);
-    p->slots_shared = st == HAL_OK && slots_in_region(comm);
-    for (int s = 0; s < PIPE_SLOTS && p->slots_shared; s++)
-        p->slot[s] = (hal_backend_ptr_t){ .ptr = region + (size_t)s * p->slot_bytes,
-                                          .kind = HAL_MEM_KIND_UNREGISTERED };
-    for (int s = 0; s < PIPE_SLOTS && st == HAL_OK && !p->slots_shared; s++) {
+    for (int s = 0; s < PIPE_SLOTS && st == HAL_OK; s++) {
         void *ptr = NULL, *cookie = NULL;
         st = ops->mem_alloc(p->device, HAL_MEM_KIND_HOST_PINNED, p->slot_bytes, 0, &ptr, &cookie);
         if (st == HAL_OK)
@@ -548,13 +509,6 @@ static hal_status_t pipe_get(struct hal_comm_s *comm, const char *call, comm_pip
     }
     *out = p;
     return st;
-}
-
-size_t hal_comm_pipeline_region_bytes(const struct hal_comm_s *comm)
-{
-    bool pipelined = !comm->host_addressable && comm->pipe_chunk &&
-                     comm->pipe_chunk <= PIPE_REGION_MAX_CHUNK && comm->ops->stream_launch_host_fn;
-    return pipelined ? PIPE_SLOTS * comm->pipe_chunk : 0;
 }
 
 void hal_comm_pipeline_destroy(struct hal_comm_s *comm)
