@@ -32,8 +32,7 @@ typedef struct eng_hello {
     uint32_t flags;
     uint32_t slot_bytes; /* build constants that must agree for the areas to match */
     uint32_t line;
-    uint64_t pidns;        /* pid namespace (inode of /proc/self/ns/pid; 0: unknown) */
-    uint64_t region_bytes; /* the staging region it asks for */
+    uint64_t pidns; /* pid namespace (inode of /proc/self/ns/pid; 0: unknown) */
 } eng_hello_t;
 
 static uint64_t process_token;
@@ -170,11 +169,7 @@ static hal_status_t local_setup(hal_engine_comm_t *c, const eng_hello_t *hellos)
         if (!peer->same_process)
             c->multi_process = true;
     }
-    /* Every area has the same size: the largest region any rank asked for. */
-    uint64_t region = 0;
-    for (int p = 0; p < c->nranks; p++)
-        region = hellos[p].region_bytes > region ? hellos[p].region_bytes : region;
-    eng_layout_compute(c->nranks, (size_t)region, &c->layout);
+    eng_layout_compute(c->nranks, &c->layout);
 
     /* Step 1: everyone creates its area. */
     eng_shm_name(c->shm_name, sizeof(c->shm_name), nonce, c->rank);
@@ -325,7 +320,6 @@ hal_status_t hal_engine_init(const hal_engine_config_t *config, hal_engine_comm_
         .slot_bytes = ENG_SLOT_BYTES,
         .line = ENG_LINE,
         .pidns = pid_namespace(),
-        .region_bytes = config->region_bytes,
     };
     HAL_CHECK_GOTO(hal_bootstrap_allgather(c->bootstrap, &mine, sizeof(mine), hellos), st,
                    out_free);
@@ -459,13 +453,6 @@ hal_status_t hal_engine_run(hal_engine_comm_t *c, const hal_engine_op_t *ops, si
         return HAL_OK;
     HAL_CHECK(eng_self_p2p(c, ops, n));
     return c->tcp ? eng_tcp_p2p(c, ops, n) : eng_local_p2p(c, ops, n);
-}
-
-void *hal_engine_region(const hal_engine_comm_t *c, size_t *bytes)
-{
-    bool has = c && !c->tcp && c->me && c->layout.region_bytes;
-    *bytes = has ? c->layout.region_bytes : 0;
-    return has ? (unsigned char *)c->me + c->layout.region_off : NULL;
 }
 
 void hal_engine_abort(hal_engine_comm_t *c)

@@ -67,10 +67,6 @@ typedef struct hal_engine_config {
     hal_bootstrap_t *bootstrap; /* connected; the engine uses, does not own it */
     uint32_t timeout_ms;
     const hal_engine_ipc_t *ipc; /* NULL when the backend offers no IPC */
-    /* Bytes of staging memory to keep in this rank's shared area, where the ranks of this host
-     * read and write it directly (the staging pipeline's slots); 0: none. Ranks asking for
-     * different sizes all get the largest. */
-    size_t region_bytes;
 } hal_engine_config_t;
 
 /* Creates this rank's engine communicator (collective over the bootstrap: every rank calls it).
@@ -94,13 +90,6 @@ void hal_engine_destroy(hal_engine_comm_t *comm);
  * only then: exporting costs more than a small collective. The answer depends only on the
  * communicator and the operation's kind, count and type, so every rank decides alike. */
 bool hal_engine_wants_ipc(const hal_engine_comm_t *comm, const hal_engine_op_t *op);
-
-/* This rank's staging region (see hal_engine_config_t.region_bytes): host memory that the
- * ranks of this host map. An operation whose buffers all lie in it on every rank runs directly
- * on them: each rank copies (or reduces) straight from its peers' regions, one host copy per
- * byte. Returns the region and its size in *bytes, or NULL (and 0) when there is none: none
- * asked for, or the ranks talk over TCP. Thread safety: safe. */
-void *hal_engine_region(const hal_engine_comm_t *comm, size_t *bytes);
 
 /* Whether (dtype, op) can be reduced by the engine; fp8 types need the caller's capability
  * check. Pure function, used by the front end to reject calls synchronously. */

@@ -8,9 +8,8 @@
  *    the direct path is possible): the data rode along with the descriptors; every rank reads
  *    every peer's slot and computes its result itself, in rank order (bit-identical
  *    everywhere). One synchronisation: the latency path.
- *  - direct (ranks are threads of one process, every rank gave IPC handles the others can
- *    map, or every rank's buffers lie in its staging region, which its peers map with its
- *    area): ranks work on each other's buffers. Each rank owns one share of the elements,
+ *  - direct (ranks are threads of one process, or every rank gave IPC handles the others can
+ *    map): ranks work on each other's buffers. Each rank owns one share of the elements,
  *    reduces it from every rank's input in rank order and writes the result into every rank's
  *    output: each byte is read once and written once, which is what the memory-bandwidth
  *    ceiling allows. A closing synchronisation keeps buffers alive until peers are done.
@@ -79,41 +78,6 @@ static bool wants_small(const hal_engine_comm_t *c, const eng_coll_t *x)
            total <= (direct_here ? ENG_SMALL_DIRECT_TOTAL : ENG_SMALL_TOTAL);
 }
 
-/* Bytes of op's send and receive buffers on this rank (bytes: count * element size). */
-static void buffer_extents(const hal_engine_op_t *op, int n, size_t bytes, size_t *send,
-                           size_t *recv)
-{
-    size_t all = bytes * (size_t)n;
-    *send = op->kind == HAL_ENGINE_REDUCE_SCATTER || op->kind == HAL_ENGINE_ALLTOALL ? all : bytes;
-    *recv = op->kind == HAL_ENGINE_ALLGATHER || op->kind == HAL_ENGINE_ALLTOALL ? all : bytes;
-}
-
-/* Whether [p, p + bytes) lies in this rank's staging region. */
-static bool in_region(const hal_engine_comm_t *c, const void *p, size_t bytes)
-{
-    size_t region_bytes;
-    uintptr_t r = (uintptr_t)hal_engine_region(c, &region_bytes), b = (uintptr_t)p;
-    return r && b >= r && b - r <= region_bytes && bytes <= region_bytes - (b - r);
-}
-
-/* ENG_F_REGION and ENG_F_APART for a collective's buffers (NULL ones aside). */
-static uint32_t placement_flags(const hal_engine_comm_t *c, const hal_engine_op_t *op)
-{
-    if (op->kind == HAL_ENGINE_BARRIER || op->kind == HAL_ENGINE_SEND ||
-        op->kind == HAL_ENGINE_RECV || (!op->sendbuf && !op->recvbuf))
-        return 0;
-    size_t send, recv;
-    buffer_extents(op, c->nranks, op->count * eng_dtype_size(op->dtype), &send, &recv);
-    uint32_t flags = 0;
-    if ((!op->sendbuf || in_region(c, op->sendbuf, send)) &&
-        (!op->recvbuf || in_region(c, op->recvbuf, recv)))
-        flags |= ENG_F_REGION;
-    const unsigned char *s = op->sendbuf, *r = op->recvbuf;
-    if (s && r && (s + send <= r || r + recv <= s))
-        flags |= ENG_F_APART;
-    return flags;
-}
-
 void eng_fill_desc(const hal_engine_comm_t *c, const hal_engine_op_t *op, eng_desc_t *d)
 {
     memset(d, 0, sizeof(*d));
@@ -128,8 +92,7 @@ void eng_fill_desc(const hal_engine_comm_t *c, const hal_engine_op_t *op, eng_de
     if (op->kind == HAL_ENGINE_BROADCAST || op->kind == HAL_ENGINE_REDUCE)
         d->root = op->root;
     d->flags = (uint8_t)((op->has_ipc && c->has_ipc ? ENG_F_IPC : 0u) |
-                         (op->sendbuf ? ENG_F_SEND_SET : 0u) | (op->recvbuf ? ENG_F_RECV_SET : 0u) |
-                         placement_flags(c, op));
+                         (op->sendbuf ? ENG_F_SEND_SET : 0u) | (op->recvbuf ? ENG_F_RECV_SET : 0u));
 }
 
 bool eng_desc_equal(const eng_desc_t *a, const eng_desc_t *b)
@@ -180,18 +143,16 @@ static hal_status_t arrive(hal_engine_comm_t *c, eng_coll_t *x, const void *payl
     eng_slot_t *s = x->slot;
     if (bytes)
         memcpy(s->payload, payload, bytes);
-    eng_desc_t d;
-    eng_fill_desc(c, op, &d);
     if (!small) {
-        /* Buffers in the region are told as offsets, which peers resolve in their mapping. */
-        uintptr_t base = d.flags & ENG_F_REGION ? (uintptr_t)c->me : 0;
-        s->buf.sendptr = op->sendbuf ? (uint64_t)((uintptr_t)op->sendbuf - base) : 0;
-        s->buf.recvptr = op->recvbuf ? (uint64_t)((uintptr_t)op->recvbuf - base) : 0;
+        s->buf.sendptr = (uint64_t)(uintptr_t)op->sendbuf;
+        s->buf.recvptr = (uint64_t)(uintptr_t)op->recvbuf;
         if (op->has_ipc && c->has_ipc && c->multi_process) {
             s->buf.send_ipc = op->send_ipc;
             s->buf.recv_ipc = op->recv_ipc;
         }
     }
+    eng_desc_t d;
+    eng_fill_desc(c, op, &d);
     if (small)
         d.flags |= ENG_F_SMALL;
     s->desc.count = d.count;
@@ -295,12 +256,7 @@ static hal_status_t peer_buffer(hal_engine_comm_t *c, eng_coll_t *x, int p, bool
         *out = recv ? x->op->recvbuf : (void *)(uintptr_t)x->op->sendbuf;
         return HAL_OK;
     }
-    const eng_slot_t *slot = peer_slot(c, x, p);
-    const eng_bufinfo_t *b = &slot->buf;
-    if (slot->desc.flags & ENG_F_REGION) {
-        *out = (unsigned char *)c->peers[p].ctrl + (recv ? b->recvptr : b->sendptr);
-        return HAL_OK;
-    }
+    const eng_bufinfo_t *b = &peer_slot(c, x, p)->buf;
     if (c->peers[p].same_process) {
         *out = (void *)(uintptr_t)(recv ? b->recvptr : b->sendptr);
         return HAL_OK;
@@ -499,23 +455,9 @@ static hal_status_t swap_blocks(hal_engine_comm_t *c, eng_coll_t *x, int a, int 
     return HAL_OK;
 }
 
-static bool all_flag(const hal_engine_comm_t *c, const eng_coll_t *x, uint32_t flag);
-
 static hal_status_t work_alltoall(hal_engine_comm_t *c, eng_coll_t *x)
 {
     const int n = x->n, me = x->me;
-    /* Out of place on every rank: each rank pulls the blocks addressed to it, so the ranks
-     * share the copying evenly (pairs swapped by one of their ranks would leave the other
-     * idle). */
-    if (all_flag(c, x, ENG_F_APART)) {
-        for (int i = 0; i < n; i++) {
-            int p = (me + i) % n;
-            unsigned char *dst = (unsigned char *)c->recv_at[me] + (size_t)p * x->bytes;
-            const unsigned char *src = (const unsigned char *)c->send_at[p] + (size_t)me * x->bytes;
-            HAL_CHECK(copy_checked(c, x, dst, src, x->bytes, false));
-        }
-        return HAL_OK;
-    }
     unsigned char *self_dst = (unsigned char *)c->recv_at[me] + (size_t)me * x->bytes;
     const unsigned char *self_src = (const unsigned char *)c->send_at[me] + (size_t)me * x->bytes;
     if (self_dst != self_src)
@@ -777,7 +719,7 @@ static hal_status_t local_collective(hal_engine_comm_t *c, const hal_engine_op_t
         return HAL_OK;
     if (all_flag(c, &x, ENG_F_SMALL))
         return run_small(c, &x);
-    bool direct = all_flag(c, &x, ENG_F_IPC) || all_flag(c, &x, ENG_F_REGION) || !c->multi_process;
+    bool direct = all_flag(c, &x, ENG_F_IPC) || !c->multi_process;
     switch (op->kind) {
     case HAL_ENGINE_ALLREDUCE:
     case HAL_ENGINE_REDUCE:

@@ -42,8 +42,6 @@
 #define ENG_F_SEND_SET (1u << 1) /* sendbuf is not NULL */
 #define ENG_F_RECV_SET (1u << 2) /* recvbuf is not NULL */
 #define ENG_F_SMALL    (1u << 3) /* the rank wants the small path (its payload is in the slot) */
-#define ENG_F_REGION   (1u << 4) /* the rank's buffers lie in its staging region: buf has offsets */
-#define ENG_F_APART    (1u << 5) /* the rank's send and receive buffers do not overlap */
 
 /* A rank's failure word (ctrl->state): 0 while usable, else the status it failed with, or
  * ENG_STATE_GONE once it destroyed its communicator. */
@@ -74,8 +72,7 @@ typedef struct eng_desc {
 
 /* Where a rank's buffers are, for peers that work on them directly. */
 typedef struct eng_bufinfo {
-    uint64_t sendptr, recvptr; /* valid in the owner's process; with ENG_F_REGION, offsets
-                                  from the start of its area */
+    uint64_t sendptr, recvptr; /* valid in the owner's process */
     hal_ipc_handle_t send_ipc, recv_ipc;
 } eng_bufinfo_t;
 
@@ -136,9 +133,7 @@ typedef struct eng_layout {
     size_t piece;      /* bytes of one staging piece */
     size_t ring_off;   /* nranks x ENG_RING_DEPTH ring chunks */
     size_t ring_chunk; /* bytes of one ring chunk */
-    size_t region_off; /* the staging region (hal_engine_region) */
-    size_t region_bytes;
-    size_t total; /* area size, page multiple */
+    size_t total;      /* area size, page multiple */
 } eng_layout_t;
 
 /* A local peer as this rank sees it. */
@@ -315,9 +310,8 @@ bool eng_process_gone(int pid, int pidfd);
 
 /* ---- areas and the in-process registry (engine_shm.c) ---- */
 
-/* The area layout for nranks local ranks with a staging region of region_bytes. Thread safety:
- * safe (pure). */
-void eng_layout_compute(int nranks, size_t region_bytes, eng_layout_t *out);
+/* The area layout for nranks local ranks. Thread safety: safe (pure). */
+void eng_layout_compute(int nranks, eng_layout_t *out);
 
 /* Joins (creating it if first) this process's record of the job named by nonce. Returns
  * HAL_OK, HAL_ERROR_OUT_OF_HOST_MEMORY, or HAL_ERROR_INVALID_ARGUMENT (rank already joined in

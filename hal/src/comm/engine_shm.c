@@ -74,7 +74,7 @@ static size_t chunk_for(size_t preferred, size_t budget, size_t slots)
     return c / ENG_MIN_CHUNK * ENG_MIN_CHUNK;
 }
 
-void eng_layout_compute(int nranks, size_t region_bytes, eng_layout_t *out)
+void eng_layout_compute(int nranks, eng_layout_t *out)
 {
     size_t n = (size_t)nranks;
     out->p2p_off = round_up(sizeof(eng_ctrl_t), ENG_LINE);
@@ -82,9 +82,7 @@ void eng_layout_compute(int nranks, size_t region_bytes, eng_layout_t *out)
     out->piece = chunk_for(ENG_STAGE_PIECE, ENG_STAGE_BUDGET, ENG_STAGE_DEPTH * n);
     out->ring_off = out->stage_off + ENG_STAGE_DEPTH * n * out->piece;
     out->ring_chunk = chunk_for(ENG_RING_CHUNK, ENG_RING_BUDGET, ENG_RING_DEPTH * n);
-    out->region_off = round_up(out->ring_off + n * ENG_RING_DEPTH * out->ring_chunk, 4096);
-    out->region_bytes = round_up(region_bytes, 4096);
-    out->total = out->region_off + out->region_bytes;
+    out->total = round_up(out->ring_off + n * ENG_RING_DEPTH * out->ring_chunk, 4096);
 }
 
 void eng_shm_name(char *buf, size_t size, const uint8_t *nonce, int rank)

@@ -466,37 +466,6 @@ CTEST(engine_kinds, mixed_4)
     return CTEST_PASS;
 }
 
-/* Buffers in the engine's staging region (the staging pipeline's slots there): ranks of other
- * processes work directly on each other's regions, without IPC; every kind, in place and out
- * of place, the odd counts. */
-static int run_kinds_in_region(et_mode_t mode, int n)
-{
-    kinds_plan_t p = { kind_counts, 5 };
-    et_opts_t o = { .mode = mode, .nranks = n, .region_bytes = 8u << 20 };
-    return et_run(&o, body_kinds, &p, NULL) == 0 ? CTEST_PASS : CTEST_FAIL;
-}
-
-CTEST(engine_kinds, in_the_staging_region)
-{
-    CTEST_CHECK(run_kinds_in_region(ET_PROCESSES, 2) == CTEST_PASS);
-    CTEST_CHECK(run_kinds_in_region(ET_MIXED, 4) == CTEST_PASS);
-    return CTEST_PASS;
-}
-
-static int body_no_region_over_tcp(et_rank_t *r)
-{
-    size_t bytes = 1;
-    ET_CHECK(r, hal_engine_region(r->comm, &bytes) == NULL && bytes == 0);
-    return 0;
-}
-
-/* Over TCP the engine has no region to offer (its buffers then come from the heap). */
-CTEST(engine_kinds, no_staging_region_over_tcp)
-{
-    et_opts_t o = { .mode = ET_THREADS, .nranks = 2, .no_shm = true, .region_bytes = 1u << 20 };
-    return et_run(&o, body_no_region_over_tcp, NULL, NULL) == 0 ? CTEST_PASS : CTEST_FAIL;
-}
-
 CTEST(engine_kinds, tcp_1_to_3)
 {
     CTEST_CHECK(run_kinds(ET_THREADS, 1, false, true, 4) == CTEST_PASS);

@@ -165,15 +165,11 @@ static int body_killed(et_rank_t *r)
     return 0;
 }
 
-/* region: the engine's staging region holds the buffers (0: none). */
-static int run_killed(const kill_case_t *kc, bool ipc, bool no_shm, size_t region)
+static int run_killed(const kill_case_t *kc, bool ipc, bool no_shm)
 {
-    et_opts_t o = { .mode = ET_PROCESSES,
-                    .nranks = 3,
-                    .ipc = ipc,
-                    .no_shm = no_shm,
-                    .timeout_ms = kc->timeout,
-                    .region_bytes = region };
+    et_opts_t o = {
+        .mode = ET_PROCESSES, .nranks = 3, .ipc = ipc, .no_shm = no_shm, .timeout_ms = kc->timeout
+    };
     int results[3];
     int ret = et_run(&o, body_killed, (void *)kc, results);
     /* Rank 2's death counts as a failed rank; what matters is the survivors and /dev/shm. */
@@ -189,20 +185,17 @@ CTEST(engine_fault, killed_peer_is_noticed_promptly)
     /* An engine timeout longer than this test's own (Bazel's moderate, 300 s): detection must
      * come from liveness checks, or the test times out. No bound on how soon. */
     kill_case_t before = { 1, -1, 600000 };
-    CTEST_CHECK(run_killed(&before, false, false, 0) == CTEST_PASS);
+    CTEST_CHECK(run_killed(&before, false, false) == CTEST_PASS);
     kill_case_t during = { 8u << 20, 2, 600000 };
-    CTEST_CHECK(run_killed(&during, false, false, 0) == CTEST_PASS);
-    CTEST_CHECK(run_killed(&during, true, false, 0) == CTEST_PASS);
-    /* In the staging region, where the survivors work directly on the dead rank's memory. */
-    kill_case_t in_region = { 2u << 20, 2, 600000 };
-    CTEST_CHECK(run_killed(&in_region, false, false, 8u << 20) == CTEST_PASS);
+    CTEST_CHECK(run_killed(&during, false, false) == CTEST_PASS);
+    CTEST_CHECK(run_killed(&during, true, false) == CTEST_PASS);
     return CTEST_PASS;
 }
 
 CTEST(engine_fault, killed_peer_tcp)
 {
     kill_case_t before = { 1, -1, 3000 };
-    return run_killed(&before, false, true, 0);
+    return run_killed(&before, false, true);
 }
 
 /* ---- a silent peer ---- */

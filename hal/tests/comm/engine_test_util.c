@@ -133,17 +133,14 @@ typedef struct et_handle {
     uint64_t size;
 } et_handle_t;
 
-#define ET_IN_REGION (-2)
-
 struct et_ipc {
     hal_engine_ipc_t table;
     struct {
         unsigned char *ptr;
         size_t size;
-        int fd; /* -1: plain heap memory, ET_IN_REGION: the engine's region */
+        int fd; /* -1: plain heap memory */
     } bufs[ET_MAX_BUFS];
     int nbufs;
-    size_t region_used; /* bytes of the engine's region handed out */
     struct {
         void *ptr, *base;
         size_t len;
@@ -202,15 +199,7 @@ void *et_alloc(et_rank_t *r, size_t bytes)
         return NULL;
     int fd = -1;
     void *p;
-    size_t region_bytes = 0;
-    unsigned char *region = r->comm ? hal_engine_region(r->comm, &region_bytes) : NULL;
-    if (region) {
-        if (size > region_bytes - ipc->region_used)
-            return NULL;
-        p = region + ipc->region_used;
-        ipc->region_used += size;
-        fd = ET_IN_REGION;
-    } else if (r->opts->ipc) {
+    if (r->opts->ipc) {
         fd = memfd_create("engine-test", MFD_CLOEXEC);
         if (fd < 0 || ftruncate(fd, (off_t)size) != 0)
             return NULL;
@@ -239,8 +228,6 @@ void et_free(et_rank_t *r, void *ptr)
         if (ipc->bufs[i].fd >= 0) {
             munmap(ptr, ipc->bufs[i].size);
             close(ipc->bufs[i].fd);
-        } else if (ipc->bufs[i].fd == ET_IN_REGION) {
-            /* the engine's; handed out once */
         } else {
             free(ptr);
         }
@@ -342,8 +329,7 @@ static int rank_main(et_job_t *job, int rank)
     }
     r.config = (hal_engine_config_t){ .bootstrap = r.boot,
                                       .timeout_ms = timeout,
-                                      .ipc = opts->ipc ? &ipc->table : NULL,
-                                      .region_bytes = opts->region_bytes };
+                                      .ipc = opts->ipc ? &ipc->table : NULL };
     if (!opts->no_engine) {
         st = hal_engine_init(&r.config, &r.comm);
         if (st != HAL_OK) {

@@ -28,7 +28,6 @@ typedef struct et_opts {
     bool no_shm;         /* HAL_COMM_SHM_DISABLE: every rank talks TCP */
     uint32_t timeout_ms; /* engine timeout (0: 20000) */
     bool no_engine;      /* the body creates the engine itself (init tests) */
-    size_t region_bytes; /* the engine's staging region; et_alloc buffers come from it */
 } et_opts_t;
 
 typedef struct et_ipc et_ipc_t;
@@ -54,9 +53,7 @@ typedef int (*et_body_fn)(et_rank_t *r);
 #define ET_SHM_LEFT    2
 int et_run(const et_opts_t *opts, et_body_fn body, void *arg, int *results);
 
-/* Test buffers: memfd-backed when the job has IPC, so peers in other processes can map them;
- * from the engine's staging region when the job asked for one and the engine has it (NULL once
- * it is used up). */
+/* Test buffers: memfd-backed when the job has IPC, so peers in other processes can map them. */
 void *et_alloc(et_rank_t *r, size_t bytes);
 void et_free(et_rank_t *r, void *ptr);
 
