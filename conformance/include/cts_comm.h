@@ -167,6 +167,10 @@ hal_status_t cc_local_enqueue(cc_local_t *job, cc_local_bufs_t *b, int rank, hal
                               hal_stream_t stream);
 /* Checks every rank's result once the streams are synchronised. Returns CTS_PASS or CTS_FAIL. */
 int cc_local_check(cc_local_t *job, cc_local_bufs_t *b);
+/* Waits for every rank's stream of a local job, after aborting its communicators when rc is not
+ * CTS_PASS (ranks that enqueued must not wait for ranks that did not); returns rc, or CTS_FAIL
+ * when rc was CTS_PASS and a stream ended in an error. */
+int cc_local_drain(cc_local_t *job, int rc);
 /* All of it: every rank's allreduce, the streams synchronised, the results checked. */
 int cc_local_allreduce(cc_local_t *job, size_t count, uint32_t seed);
 

@@ -970,15 +970,7 @@ static int release_gated(cc_local_t *job, cts_gate_t *gate, int rc)
 {
     if (gate)
         cts_gate_open(gate);
-    if (rc != CTS_PASS)
-        for (int r = 0; r < job->nranks; r++)
-            hal_comm_abort(job->comms[r]);
-    for (int r = 0; r < job->nranks; r++) {
-        hal_status_t st = cts_poll_stream(job->streams[r], CC_TIMEOUT_MS + CC_SLACK_MS);
-        if (rc == CTS_PASS && !CTS_EXPECT_OK(st))
-            rc = CTS_FAIL;
-    }
-    return rc;
+    return cc_local_drain(job, rc);
 }
 
 /* More small collectives than a stream usually holds, all queued behind a closed gate so that

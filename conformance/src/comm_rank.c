@@ -898,6 +898,19 @@ int cc_local_check(cc_local_t *job, cc_local_bufs_t *b)
     return CTS_PASS;
 }
 
+int cc_local_drain(cc_local_t *job, int rc)
+{
+    if (rc != CTS_PASS) /* ranks that enqueued must not wait for the others */
+        for (int r = 0; r < job->nranks; r++)
+            hal_comm_abort(job->comms[r]);
+    for (int r = 0; r < job->nranks; r++) {
+        hal_status_t st = cts_poll_stream(job->streams[r], CC_TIMEOUT_MS + CC_SLACK_MS);
+        if (rc == CTS_PASS && !CTS_EXPECT_OK(st))
+            rc = CTS_FAIL;
+    }
+    return rc;
+}
+
 int cc_local_allreduce(cc_local_t *job, size_t count, uint32_t seed)
 {
     cc_local_bufs_t b;
@@ -907,14 +920,7 @@ int cc_local_allreduce(cc_local_t *job, size_t count, uint32_t seed)
     for (int r = 0; r < job->nranks && rc == CTS_PASS; r++)
         if (!CTS_EXPECT_OK(cc_local_enqueue(job, &b, r, NULL, NULL)))
             rc = CTS_FAIL;
-    if (rc != CTS_PASS) /* ranks that enqueued must not wait for the others */
-        for (int r = 0; r < job->nranks; r++)
-            hal_comm_abort(job->comms[r]);
-    for (int r = 0; r < job->nranks; r++) {
-        hal_status_t st = cts_poll_stream(job->streams[r], CC_TIMEOUT_MS + CC_SLACK_MS);
-        if (rc == CTS_PASS && !CTS_EXPECT_OK(st))
-            rc = CTS_FAIL;
-    }
+    rc = cc_local_drain(job, rc);
     if (rc == CTS_PASS)
         rc = cc_local_check(job, &b);
     cc_local_bufs_free(job, &b);
