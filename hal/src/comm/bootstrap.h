@@ -79,7 +79,8 @@ hal_status_t hal_bootstrap_send(hal_bootstrap_t *b, int peer, uint32_t tag, cons
 hal_status_t hal_bootstrap_recv(hal_bootstrap_t *b, int peer, uint32_t tag, void *data,
                                 size_t size);
 /* A send to `to` and a receive from `from` driven together on one thread (neither may be this
- * rank). */
+ * rank). Statuses as hal_bootstrap_send and hal_bootstrap_recv (a wrong receive size, a peer
+ * gone, a timeout, an abort); the same one-sender, one-receiver rule per connection applies. */
 hal_status_t hal_bootstrap_sendrecv(hal_bootstrap_t *b, int to, uint32_t tag, const void *sdata,
                                     size_t ssize, int from, void *rdata, size_t rsize);
 
