@@ -201,7 +201,7 @@ int emu_view_vnc(const emu_view_t *v);
 /* Whether two views have bytes of one storage in common. */
 bool emu_views_overlap(const emu_view_t *a, const emu_view_t *b);
 
-/* ---- emu_cc.c: out-of-NEFF collectives and the async API's completion ---- */
+/* ---- emu_cc_*.c: out-of-NEFF collectives and the async API's completion ---- */
 
 /* nrt_close: cancels what the collectives are doing (every scheduled request completes with
  * NRT_CLOSED), joins their threads and forgets the global communicator. Caller holds
