@@ -84,7 +84,8 @@ struct hal_kernel_s {
     struct hal_program_s *program;
     void *impl; /* the backend's cookie */
     hal_kernel_info_t info;
-    struct hal_kernel_s *next; /* the program's kernels, guarded by its lock */
+    hal_kernel_tensor_info_t *tensors; /* tensor arguments (StableHLO), else NULL */
+    struct hal_kernel_s *next;         /* the program's kernels, guarded by its lock */
 };
 
 struct hal_program_s {

@@ -161,10 +161,11 @@ hal_status_t hal_device_open_all(struct hal_backend_s *b)
             d->props.struct_size = sizeof(d->props);
             d->props.next = NULL;
             d->props.index = i;
-            /* Only known formats, and none without the capability (the field was reserved
-             * before 1.2). */
+            /* Only known and vendor formats, and none without the capability (the field was
+             * reserved before 1.2). */
             d->props.program_formats &= (d->props.capabilities & HAL_DEVICE_CAP_PROGRAMS)
-                                            ? ((1u << HAL_PROGRAM_FORMAT_COUNT) - 1u) & ~1u
+                                            ? ((((1u << HAL_PROGRAM_FORMAT_COUNT) - 1u) & ~1u) |
+                                               (0xffffffffu << HAL_PROGRAM_FORMAT_VENDOR_FIRST))
                                             : 0u;
             if (st != HAL_OK)
                 hal_finish(st, ops, call);

@@ -71,7 +71,8 @@
     X(program_destroy, 2, false, HAL_SLOT_FLAG_RELEASES | HAL_SLOT_FLAG_DESTROYS,           \
       HAL_DEVICE_CAP_PROGRAMS)                                                              \
     X(program_get_kernel, 2, false, 0, HAL_DEVICE_CAP_PROGRAMS)                             \
-    X(kernel_launch, 2, false, HAL_SLOT_FLAG_STREAM_ORDERED, HAL_DEVICE_CAP_PROGRAMS)
+    X(kernel_launch, 2, false, HAL_SLOT_FLAG_STREAM_ORDERED, HAL_DEVICE_CAP_PROGRAMS)       \
+    X(kernel_get_tensor_info, 3, false, 0, 0)
 
 typedef enum hal_slot {
 #define HAL_SLOT_ENUM(name, minor, required, flags, cap) HAL_SLOT_##name,

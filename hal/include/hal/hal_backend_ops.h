@@ -247,6 +247,17 @@ typedef struct hal_backend_ops {
      * launch needs). A failure while it runs latches on the stream. */
     hal_status_t (*kernel_launch)(void *stream, void *program, void *kernel,
                                   const hal_backend_launch_t *launch);
+
+    /* ---- Version 1.3 slots ---- */
+
+    /* Optional. Describes the tensors of a kernel whose arguments program_get_kernel reported as
+     * HAL_KERNEL_ARG_TENSOR (a StableHLO program's `main`): ninputs, noutputs, each argument's
+     * dtype and shape, and for each result the parameter it must alias or -1 (info's struct_size is
+     * set, the rest zeroed). The core calls it once per kernel, right after program_get_kernel, and
+     * checks launches against what it returned; a backend that reports tensor arguments must have
+     * it. */
+    hal_status_t (*kernel_get_tensor_info)(void *program, void *kernel,
+                                           hal_kernel_tensor_info_t *info);
 } hal_backend_ops_t;
 
 /* The size of a table of each minor version: a table that claims version 1.N has at least
@@ -257,6 +268,9 @@ typedef struct hal_backend_ops {
     (offsetof(hal_backend_ops_t, group_end) + sizeof(((hal_backend_ops_t *)0)->group_end))
 #define HAL_BACKEND_OPS_SIZE_1_2 \
     (offsetof(hal_backend_ops_t, kernel_launch) + sizeof(((hal_backend_ops_t *)0)->kernel_launch))
+#define HAL_BACKEND_OPS_SIZE_1_3                           \
+    (offsetof(hal_backend_ops_t, kernel_get_tensor_info) + \
+     sizeof(((hal_backend_ops_t *)0)->kernel_get_tensor_info))
 
 #ifdef __cplusplus
 }

@@ -73,7 +73,12 @@ typedef enum hal_dtype {
     HAL_DTYPE_BF16 = 9,
     HAL_DTYPE_F8_E4M3 = 10, /* only with HAL_DEVICE_CAP_FP8_COLLECTIVES */
     HAL_DTYPE_F8_E5M2 = 11, /* only with HAL_DEVICE_CAP_FP8_COLLECTIVES */
-    HAL_DTYPE_COUNT,
+    HAL_DTYPE_COUNT,        /* one past the collectives' types */
+    /* Since 1.3: element types of program tensors only (hal_tensor_desc_t); collectives refuse
+     * them. */
+    HAL_DTYPE_BOOL = 32, /* one byte, 0 or 1 */
+    HAL_DTYPE_I16 = 33,
+    HAL_DTYPE_U16 = 34,
     HAL_DTYPE_FORCE_U32 = 0x7fffffff
 } hal_dtype_t;
 
@@ -116,7 +121,7 @@ typedef struct hal_comm_config {
         .struct_size = sizeof(hal_comm_config_t), .blocking = 1 \
     }
 
-/* Size in bytes of one element.
+/* Size in bytes of one element (the program-only types BOOL, I16 and U16 included, since 1.3).
  * Returns: HAL_OK; HAL_ERROR_INVALID_ARGUMENT (unknown dtype, size NULL).
  * Thread safety: safe. */
 HAL_API hal_status_t hal_dtype_get_size(hal_dtype_t dtype, size_t *size);

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* torch-hal public API, since 1.2: programs and kernels. A program is code loaded on one device
- * from an image in a named format (a host shared object, PTX, cubin, fatbin, NEFF); a kernel is
- * an entry point of a program, looked up by name; a launch runs a kernel on a stream, in stream
- * order, over a grid of blocks, with a typed argument list.
+ * from an image in a named format (a host shared object, PTX, cubin, fatbin, NEFF; since 1.3 the
+ * portable StableHLO and formats a backend names itself); a kernel is an entry point of a
+ * program, looked up by name; a launch runs a kernel on a stream, in stream order, over a grid of
+ * blocks, with a typed argument list.
  *
  * Lifetime: a kernel belongs to its program and becomes invalid when the program is destroyed.
  * Launches already enqueued when a program is destroyed still run: the backend keeps the code
@@ -18,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "hal/hal_comm.h" /* hal_dtype_t */
 #include "hal/hal_status.h"
 #include "hal/hal_types.h"
 #include "hal/hal_version.h"
@@ -27,7 +29,19 @@ extern "C" {
 #endif
 
 /* Image formats. A device lists those it loads in hal_device_properties_t.program_formats, bit
- * (1u << format). Values are never reused. */
+ * (1u << format). Values are never reused.
+ *
+ * Native formats (host ELF, PTX, cubin, fatbin, NEFF) hold code built for one kind of device.
+ * HAL_PROGRAM_FORMAT_STABLEHLO (since 1.3) is the portable one: a backend whose compiler takes
+ * StableHLO (XLA-based stacks, IREE, Neuron's neuronx-cc) lists it and compiles on create, so a
+ * framework that lowers its graphs to StableHLO runs them on any such device. See "StableHLO
+ * programs" below.
+ *
+ * Vendor formats (since 1.3): values
+ * HAL_PROGRAM_FORMAT_VENDOR_FIRST..HAL_PROGRAM_FORMAT_VENDOR_LAST name whatever a backend documents
+ * (a new instruction set, an IR of its own) without an ABI change. The core checks only that the
+ * device lists the value and passes the image through; the same value means different things on
+ * different backends. */
 typedef enum hal_program_format {
     HAL_PROGRAM_FORMAT_NONE = 0,
     /* A shared object (ELF) for the host's ABI whose kernels follow the host calling convention
@@ -37,7 +51,12 @@ typedef enum hal_program_format {
     HAL_PROGRAM_FORMAT_CUBIN = 3,  /* a cubin for the device's architecture (cuda) */
     HAL_PROGRAM_FORMAT_FATBIN = 4, /* a fatbin (cuda) */
     HAL_PROGRAM_FORMAT_NEFF = 5,   /* a Neuron executable file (trainium) */
-    HAL_PROGRAM_FORMAT_COUNT,
+    /* Since 1.3: a StableHLO module, MLIR text or bytecode (see "StableHLO programs"). */
+    HAL_PROGRAM_FORMAT_STABLEHLO = 6,
+    HAL_PROGRAM_FORMAT_COUNT, /* one past the last format the core knows by name */
+    /* Since 1.3: formats a backend names itself, opaque to the core. */
+    HAL_PROGRAM_FORMAT_VENDOR_FIRST = 24,
+    HAL_PROGRAM_FORMAT_VENDOR_LAST = 31,
     HAL_PROGRAM_FORMAT_FORCE_U32 = 0x7fffffff
 } hal_program_format_t;
 
@@ -46,18 +65,31 @@ typedef enum hal_kernel_arg_kind {
     HAL_KERNEL_ARG_NONE = 0,
     HAL_KERNEL_ARG_POINTER = 1, /* memory allocated through the HAL on the stream's backend */
     HAL_KERNEL_ARG_SCALAR = 2,  /* bytes passed by value */
+    HAL_KERNEL_ARG_TENSOR = 3,  /* since 1.3: a pointer with the tensor it holds (value.tensor) */
     HAL_KERNEL_ARG_FORCE_U32 = 0x7fffffff
 } hal_kernel_arg_kind_t;
 
 #define HAL_KERNEL_SCALAR_MAX 16  /* bytes of the largest scalar argument */
+#define HAL_TENSOR_RANK_MAX   8   /* dimensions of a tensor argument (since 1.3) */
 #define HAL_KERNEL_ARGS_MAX   64  /* arguments of one launch */
 #define HAL_KERNEL_NAME_MAX   256 /* bytes of a kernel name, NUL included */
+
+/* Since 1.3: a dense tensor in row-major order (the last dimension varies fastest, no padding),
+ * as a StableHLO program's parameters and results are. dtype is one of the collectives' types or
+ * HAL_DTYPE_BOOL / HAL_DTYPE_I16 / HAL_DTYPE_U16 (one, two and two bytes per element); rank 0 is a
+ * scalar. */
+typedef struct hal_tensor_desc {
+    hal_dtype_t dtype;
+    uint32_t rank;
+    int64_t dims[HAL_TENSOR_RANK_MAX]; /* dims[0..rank-1], each >= 0 */
+} hal_tensor_desc_t;
 
 typedef struct hal_kernel_arg {
     hal_kernel_arg_kind_t kind;
     /* Scalars: bytes of value.bytes that are passed (1..HAL_KERNEL_SCALAR_MAX). Pointers: 0 for
      * "somewhere inside its allocation", or the bytes from value.ptr the kernel may touch
-     * (checked against the allocation). */
+     * (checked against the allocation). Tensors: 0, or the tensor's bytes (the core computes
+     * them from the descriptor and checks them against the allocation either way). */
     uint32_t size;
     union {
         void *ptr; /* POINTER: a HAL allocation of the stream's backend (interior pointers too),
@@ -68,6 +100,10 @@ typedef struct hal_kernel_arg {
         double f64;
         float f32;
         int32_t i32;
+        struct {
+            void *ptr;                     /* as for POINTER; NULL only for a 0-byte tensor */
+            const hal_tensor_desc_t *desc; /* read during hal_kernel_launch only */
+        } tensor;                          /* TENSOR */
     } value;
 } hal_kernel_arg_t;
 
@@ -84,6 +120,11 @@ typedef struct hal_kernel_arg {
     ((hal_kernel_arg_t){ .kind = HAL_KERNEL_ARG_SCALAR, .size = 4, .value.f32 = (v) })
 #define HAL_KERNEL_ARG_I32(v) \
     ((hal_kernel_arg_t){ .kind = HAL_KERNEL_ARG_SCALAR, .size = 4, .value.i32 = (v) })
+#define HAL_KERNEL_ARG_TENSOR_OF(p, d)                  \
+    ((hal_kernel_arg_t){ .kind = HAL_KERNEL_ARG_TENSOR, \
+                         .size = 0,                     \
+                         .value.tensor.ptr = (p),       \
+                         .value.tensor.desc = (d) })
 
 /* What is known of a kernel (hal_kernel_get_info). */
 typedef struct hal_kernel_info {
@@ -96,9 +137,27 @@ typedef struct hal_kernel_info {
     uint32_t reserved;
     struct {
         hal_kernel_arg_kind_t kind;
-        uint32_t size; /* scalars: bytes; pointers: 0 */
+        uint32_t size; /* scalars: bytes; pointers: 0; tensors: the tensor's bytes */
     } args[HAL_KERNEL_ARGS_MAX];
 } hal_kernel_info_t;
+
+/* Since 1.3: the tensors of a kernel whose arguments are tensors (a StableHLO program's `main`),
+ * from hal_kernel_get_tensor_info. */
+typedef struct hal_kernel_tensor_info {
+    size_t struct_size;
+    const void *next;
+    uint32_t ninputs;  /* arguments [0, ninputs) are the function's parameters */
+    uint32_t noutputs; /* arguments [ninputs, ninputs + noutputs) are its results */
+    hal_tensor_desc_t tensors[HAL_KERNEL_ARGS_MAX]; /* argument i's tensor */
+    /* For result r (index r, not ninputs + r): the parameter whose buffer it must be written to
+     * (the module declared it must-alias: pass that parameter's pointer for it), or -1. */
+    int32_t aliases[HAL_KERNEL_ARGS_MAX];
+} hal_kernel_tensor_info_t;
+
+#define HAL_KERNEL_TENSOR_INFO_INIT                     \
+    {                                                   \
+        .struct_size = sizeof(hal_kernel_tensor_info_t) \
+    }
 
 #define HAL_KERNEL_INFO_INIT                     \
     {                                            \
@@ -160,6 +219,28 @@ typedef struct hal_host_kernel_ctx {
 } hal_host_kernel_ctx_t;
 
 typedef hal_status_t (*hal_host_kernel_fn_t)(const hal_host_kernel_ctx_t *ctx, void *const *args);
+
+/* ---- StableHLO programs (HAL_PROGRAM_FORMAT_STABLEHLO, since 1.3) ----------------------------
+ * The image is a StableHLO module, as MLIR text (UTF-8, NUL terminator optional) or MLIR bytecode,
+ * with one public function `main` whose parameters and results are tensors (no tuples, no
+ * tokens, static shapes). A result the module declares must-alias to a parameter
+ * (`tf.aliasing_output = <result index>` among the parameter's attributes, the convention XLA
+ * reads) is written to that parameter's buffer: in-place updates of optimizer state and buffers.
+ * - Creating the program compiles the module, which may take seconds; backends cache compiled
+ *   code (the trainium backend keeps NEFFs on disk, keyed by the module, the compiler flags and
+ *   the compiler's version). A module the compiler refuses is HAL_ERROR_INVALID_ARGUMENT with
+ *   the compiler's message, or where it wrote one, the path of its log.
+ * - The program has one kernel, "main". hal_kernel_get_info reports nargs = parameters +
+ *   results, every argument of kind HAL_KERNEL_ARG_TENSOR with its bytes;
+ *   hal_kernel_get_tensor_info gives each tensor's dtype and shape and the aliases.
+ * - Binding: a launch passes the parameters in order, then the results in order, each as a
+ *   HAL_KERNEL_ARG_TENSOR (HAL_KERNEL_ARG_TENSOR_OF) whose descriptor matches the module's:
+ *   same dtype, rank and dimensions. A mismatch is HAL_ERROR_INVALID_ARGUMENT naming the argument
+ *   (its index, parameter or result, the tensor given and the tensor expected), and nothing is
+ *   launched. An aliased result is passed its parameter's pointer (checked).
+ * - The grid and block are (1, 1, 1): one launch runs the function once. Results are written
+ *   when the launch completes in stream order, like any kernel's stores; a parameter not aliased
+ *   is only read. Results that are not aliased must not overlap parameters or each other. */
 
 /* ---- Functions ----------------------------------------------------------------------------- */
 
@@ -224,7 +305,17 @@ HAL_API hal_status_t hal_kernel_launch(hal_stream_t stream, hal_kernel_t kernel,
                                        const hal_launch_config_t *config,
                                        const hal_kernel_arg_t *args, uint32_t nargs);
 
-/* "host_elf", "ptx", "cubin", "fatbin", "neff"; "unknown" for other values.
+/* Since 1.3: the tensors of a kernel whose arguments are tensors (a StableHLO program's `main`).
+ * [in]     kernel  the kernel.
+ * [in,out] info    struct_size must be set (HAL_KERNEL_TENSOR_INFO_INIT).
+ * Returns: HAL_OK; HAL_ERROR_INVALID_HANDLE; HAL_ERROR_INVALID_ARGUMENT (info NULL or too small);
+ * HAL_ERROR_UNSUPPORTED (a kernel whose arguments are not tensors: nothing written).
+ * Thread safety: safe. */
+HAL_API hal_status_t hal_kernel_get_tensor_info(hal_kernel_t kernel,
+                                                hal_kernel_tensor_info_t *info);
+
+/* "host_elf", "ptx", "cubin", "fatbin", "neff", "stablehlo"; "vendor" for the vendor range;
+ * "unknown" for other values.
  * Thread safety: safe. */
 HAL_API const char *hal_program_format_name(hal_program_format_t format);
 

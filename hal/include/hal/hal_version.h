@@ -16,7 +16,7 @@ extern "C" {
 #define HAL_VERSION_MINOR(version)     ((uint32_t)(version)&0xffffu)
 
 #define HAL_API_VERSION_MAJOR 1
-#define HAL_API_VERSION_MINOR 2
+#define HAL_API_VERSION_MINOR 3
 #define HAL_API_VERSION       HAL_MAKE_VERSION(HAL_API_VERSION_MAJOR, HAL_API_VERSION_MINOR)
 
 /* Marks the functions of the public API: the only symbols libhal.so.1 exports (it is built with

@@ -19,6 +19,10 @@ static const size_t dtype_sizes[HAL_DTYPE_COUNT] = {
 
 hal_status_t hal_dtype_get_size(hal_dtype_t dtype, size_t *size)
 {
+    if (size && (dtype == HAL_DTYPE_BOOL || dtype == HAL_DTYPE_I16 || dtype == HAL_DTYPE_U16)) {
+        *size = dtype == HAL_DTYPE_BOOL ? 1 : 2;
+        return HAL_OK;
+    }
     if (!size || (unsigned)dtype >= HAL_DTYPE_COUNT)
         return hal_error(HAL_ERROR_INVALID_ARGUMENT, NULL, "hal_dtype_get_size",
                          size ? "unknown dtype %d" : "size is NULL", (int)dtype);

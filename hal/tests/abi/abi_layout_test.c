@@ -81,14 +81,18 @@ SLOT_AT(program_destroy, 48)
 SLOT_AT(program_get_kernel, 49)
 SLOT_AT(kernel_launch, 50)
 _Static_assert(HAL_BACKEND_OPS_SIZE_1_2 == 32 + 8 * 51, "a 1.2 table is 440 bytes");
+
+/* HAL 1.3 */
+SLOT_AT(kernel_get_tensor_info, 51)
+_Static_assert(HAL_BACKEND_OPS_SIZE_1_3 == 32 + 8 * 52, "a 1.3 table is 448 bytes");
 #endif
 
 /* The assertions above run at compile time; this case makes the target a test that reports. */
-CTEST(abi, table_layout_of_1_0_to_1_2_is_frozen)
+CTEST(abi, table_layout_of_1_0_to_1_3_is_frozen)
 {
 #if !defined(__LP64__)
     CTEST_SKIP("the frozen offsets are those of LP64 platforms");
 #endif
-    CTEST_CHECK(sizeof(hal_backend_ops_t) >= HAL_BACKEND_OPS_SIZE_1_2);
+    CTEST_CHECK(sizeof(hal_backend_ops_t) >= HAL_BACKEND_OPS_SIZE_1_3);
     return CTEST_PASS;
 }
