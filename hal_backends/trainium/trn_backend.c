@@ -121,6 +121,14 @@ static bool compose_path_line(trn_backend_t *b)
     if (!nrt->have_programs)
         path_append(b, "; programs: none (the runtime lacks part of nrt_load ... "
                        "nrt_get_model_tensor_info)");
+    else if (b->compiler.found)
+        path_append(b, "; StableHLO programs: compiled by %s", b->compiler.path);
+    else if (nrt->emu_stablehlo_status != NULL)
+        path_append(b, "; StableHLO programs: executed by the libnrt emulator (no Neuron "
+                       "compiler)");
+    else if (b->compiler.named)
+        path_append(b, "; StableHLO programs: none (%s=%s is not an executable)", TRN_ENV_NEURON_CC,
+                    b->compiler.path);
     if (nrt->missing[0] != '\0')
         path_append(b, "; missing: %s", nrt->missing);
     return nrt->missing[0] != '\0' || b->cc_api == TRN_CC_NONE;
@@ -197,6 +205,7 @@ static hal_status_t trn_init(const hal_host_services_t *host, void **out)
         backend->total_vnc = total;
     find_node_position(backend);
     trn_cc_setup(backend);
+    trn_compiler_find(&backend->compiler);
     log_path_line(backend);
     *out = backend;
     return HAL_OK;
@@ -221,6 +230,7 @@ static void trn_fini(void *backend_)
     /* Requests the runtime had when they were given up: nrt_close ended them. */
     trn_cc_reap(backend, false);
     pthread_mutex_destroy(&backend->cc_lock);
+    trn_compiler_fini(&backend->compiler);
     trn_nrt_unload(&backend->nrt);
     free(backend);
 }
@@ -313,6 +323,7 @@ static const hal_backend_ops_t trn_ops = {
     .program_create = trn_program_create,
     .program_destroy = trn_program_destroy,
     .program_get_kernel = trn_program_get_kernel,
+    .kernel_get_tensor_info = trn_kernel_get_tensor_info,
     .kernel_launch = trn_kernel_launch,
 };
 

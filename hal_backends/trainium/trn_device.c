@@ -244,8 +244,14 @@ hal_status_t trn_device_get_properties(void *device_, hal_device_properties_t *p
         props->stream_priority_greatest = TRN_PRIORITY_GREATEST;
     if (TRN_PROPS_HAS(props, alignment))
         props->alignment = TRN_MIN_ALIGNMENT;
+    /* StableHLO: compiled to NEFF where the Neuron compiler is installed, executed in place of
+     * NEFF by the libnrt emulator (trn_program.c). */
+    bool stablehlo = device->backend->compiler.found || nrt->emu_stablehlo_status != NULL;
     if (TRN_PROPS_HAS(props, program_formats))
-        props->program_formats = nrt->have_programs ? 1u << HAL_PROGRAM_FORMAT_NEFF : 0;
+        props->program_formats = !nrt->have_programs
+                                     ? 0
+                                     : (1u << HAL_PROGRAM_FORMAT_NEFF) |
+                                           (stablehlo ? 1u << HAL_PROGRAM_FORMAT_STABLEHLO : 0);
     if (TRN_PROPS_HAS(props, node_device_count) && device->backend->node_count != 0) {
         props->node_index = device->backend->node_first + device->index;
         props->node_device_count = device->backend->node_count;

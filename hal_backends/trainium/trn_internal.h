@@ -61,6 +61,13 @@
  * stream, one chunk at a time. */
 #define TRN_STAGE_CHUNK ((size_t)4 << 20)
 
+/* StableHLO programs (trn_compile.c): the Neuron compiler, its extra flags, the NEFF cache and
+ * the logical-core configuration it compiles for, as AWS's tools name them. */
+#define TRN_ENV_NEURON_CC "NEURON_CC"
+#define TRN_ENV_CC_FLAGS  "NEURON_CC_FLAGS"
+#define TRN_ENV_CACHE_URL "NEURON_COMPILE_CACHE_URL"
+#define TRN_ENV_LNC       "NEURON_LOGICAL_NC_CONFIG"
+
 /* Size of the message buffers (formatted runtime failures), as the engine's. */
 #define TRN_MSG_MAX HQ_MSG_MAX
 
@@ -129,6 +136,9 @@ typedef struct trn_nrt {
     /* Later additions with no published signature: detected, reported, never called. */
     bool has_cc_create_stream;
     bool has_cc_prepare_coalesced;
+    /* The libnrt emulator's extension nrt_emu_stablehlo_status (its nrt_emu.h; NULL on a real
+     * runtime): the emulator executes StableHLO modules in place of NEFF. */
+    NRT_STATUS (*emu_stablehlo_status)(char *why, size_t size);
 } trn_nrt_t;
 
 /* Finds and loads libnrt.so.1 (HAL_NEURON_LIBNRT, then the installed runtime, then the loader's
@@ -161,6 +171,41 @@ const char *trn_status_nrt_name(const trn_nrt_t *nrt, NRT_STATUS rc);
 hal_status_t trn_status_format(const trn_nrt_t *nrt, NRT_STATUS rc, trn_nrt_op_t op, char *buf,
                                size_t size, const char *call_fmt, ...)
     __attribute__((format(printf, 6, 7)));
+
+/* ---- the Neuron compiler (trn_compile.c) --------------------------------------------------- */
+
+typedef struct trn_compiler {
+    bool found;           /* path names an executable */
+    bool named;           /* by NEURON_CC (else found on PATH as neuronx-cc) */
+    char path[PATH_MAX];  /* the compiler, or what NEURON_CC said when not found */
+    pthread_mutex_t lock; /* guards version */
+    bool have_version;
+    char version[128]; /* the first line of `neuronx-cc --version` */
+} trn_compiler_t;
+
+/* Looks for the compiler: NEURON_CC (a path, or a name on PATH), else neuronx-cc on PATH. */
+void trn_compiler_find(trn_compiler_t *c);
+void trn_compiler_fini(trn_compiler_t *c);
+
+struct trn_device;
+/* Compiles a StableHLO module for the device's instance into *neff (malloc'd), through the NEFF
+ * cache (see trn_compile.c). Returns HAL_OK; HAL_ERROR_NOT_FOUND (the compiler does not run);
+ * HAL_ERROR_INVALID_ARGUMENT (the compiler refused the module: the detail names its log; a cache
+ * directory that cannot be written); HAL_ERROR_OUT_OF_HOST_MEMORY. Thread safety: safe. */
+hal_status_t trn_compile_stablehlo(struct trn_device *device, const void *module, size_t size,
+                                   void **neff, size_t *neff_size);
+
+/* ---- StableHLO module text (trn_stablehlo.c) ----------------------------------------------- */
+
+/* Whether image looks like a StableHLO module: MLIR bytecode, or text declaring a module or a
+ * function. */
+bool trn_stablehlo_looks_like_module(const void *image, size_t size);
+/* What the backend reads of `main`'s signature in a text module: for each result, the parameter
+ * it must alias (tf.aliasing_output on the parameter) or -1; for each parameter then result,
+ * whether its element type is i1 (the runtime reports it as a byte). Bytecode: no aliases, no
+ * i1. */
+void trn_stablehlo_signature(const void *image, size_t size, uint32_t nparams, uint32_t nresults,
+                             int32_t *aliases, bool *is_bool);
 
 /* ---- backend and devices (trn_backend.c, trn_device.c) ------------------------------------- */
 
@@ -199,6 +244,7 @@ typedef struct trn_backend {
      * line"), written to stderr at open where the runtime forced a fallback or
      * NEURON_RT_LOG_LEVEL asks for INFO. */
     char path_line[2 * TRN_MSG_MAX];
+    trn_compiler_t compiler; /* StableHLO programs on hardware (trn_compile.c) */
 } trn_backend_t;
 
 /* A core's place in the runtime's global communicator (token 0: none). */
@@ -312,6 +358,8 @@ void trn_divide(hal_dtype_t dtype, void *buf, size_t count, int divisor);
 hal_status_t trn_program_create(void *device, hal_program_format_t format, const void *image,
                                 size_t size, void **program);
 void trn_program_destroy(void *program);
+hal_status_t trn_kernel_get_tensor_info(void *program, void *kernel,
+                                        hal_kernel_tensor_info_t *info);
 hal_status_t trn_program_get_kernel(void *program, const char *name, void **kernel,
                                     hal_kernel_info_t *info);
 hal_status_t trn_kernel_launch(void *stream, void *program, void *kernel,

@@ -213,6 +213,9 @@ static hal_status_t resolve_symbols(trn_nrt_t *nrt, char *msg, size_t msg_size)
                                     dlsym(nrt->dl, "nrt_cc_prepare_coalesced") != NULL;
     /* The emulator's extension marks it, for messages about what it cannot do. */
     nrt->is_emulator = dlsym(nrt->dl, "nrt_emu_set_fault") != NULL;
+    /* A function pointer from dlsym's object pointer, as POSIX allows. */
+    void *stablehlo = dlsym(nrt->dl, "nrt_emu_stablehlo_status");
+    memcpy(&nrt->emu_stablehlo_status, &stablehlo, sizeof(stablehlo));
     return HAL_OK;
 }
 

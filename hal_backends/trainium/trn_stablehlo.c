@@ -1,0 +1,136 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Trainium backend: what the backend reads of a StableHLO module itself, without a compiler:
+ * whether an image is one, and which results of `main` must alias a parameter. Shapes and dtypes
+ * come from the runtime (nrt_get_model_tensor_info), which knows the compiled module. */
+#include <string.h>
+
+#include "hal_backends/trainium/trn_internal.h"
+
+/* MLIR bytecode's magic number. */
+static const char bytecode_magic[4] = { 'M', 'L', '\xef', 'R' };
+
+/* Whether the text [p, end) contains needle. */
+static const char *find(const char *p, const char *end, const char *needle)
+{
+    size_t n = strlen(needle);
+    for (; p + n <= end; p++)
+        if (memcmp(p, needle, n) == 0)
+            return p;
+    return NULL;
+}
+
+bool trn_stablehlo_looks_like_module(const void *image, size_t size)
+{
+    const char *p = image, *end = p + size;
+    if (size >= sizeof(bytecode_magic) && memcmp(p, bytecode_magic, sizeof(bytecode_magic)) == 0)
+        return true;
+    return find(p, end, "func.func") != NULL || find(p, end, "module") != NULL;
+}
+
+/* Parses a decimal integer at p (after spaces); -1 if none. */
+static long parse_int(const char *p, const char *end)
+{
+    while (p < end && *p == ' ')
+        p++;
+    long v = -1;
+    for (; p < end && *p >= '0' && *p <= '9'; p++)
+        v = (v < 0 ? 0 : v * 10) + (*p - '0');
+    return v;
+}
+
+/* Calls piece(ctx, index, begin, end) for each top-level comma-separated piece of the
+ * bracketed list that starts at p (its opening character); returns where the list ended. */
+static const char *
+split_list(const char *p, const char *end,
+           void (*piece)(void *ctx, uint32_t index, const char *b, const char *e), void *ctx)
+{
+    int depth = 0;
+    uint32_t index = 0;
+    const char *begin = ++p;
+    for (; p < end; p++) {
+        char ch = *p;
+        if (ch == '-' && p + 1 < end && p[1] == '>') {
+            p++; /* "->" inside a nested function type */
+        } else if (ch == '(' || ch == '<' || ch == '[' || ch == '{') {
+            depth++;
+        } else if ((ch == ')' || ch == '>' || ch == ']' || ch == '}') && depth > 0) {
+            depth--;
+        } else if ((ch == ',' || ch == ')') && depth == 0) {
+            if (p > begin || ch == ',')
+                piece(ctx, index++, begin, p);
+            begin = p + 1;
+            if (ch == ')')
+                return p + 1;
+        }
+    }
+    return end;
+}
+
+typedef struct signature_scan {
+    uint32_t nparams, nresults;
+    int32_t *aliases;
+    bool *is_bool; /* nparams + nresults */
+    bool results;  /* scanning the results */
+} signature_scan_t;
+
+/* Whether the piece's tensor type has element type i1. */
+static bool piece_is_i1(const char *b, const char *e)
+{
+    const char *t = find(b, e, "tensor<");
+    if (!t)
+        return false;
+    const char *close = memchr(t, '>', (size_t)(e - t));
+    return close && close - t >= 9 &&
+           (memcmp(close - 3, "xi1", 3) == 0 || memcmp(close - 3, "<i1", 3) == 0);
+}
+
+static void scan_piece(void *ctx, uint32_t index, const char *b, const char *e)
+{
+    signature_scan_t *s = ctx;
+    if (!s->results) {
+        if (index >= s->nparams)
+            return;
+        s->is_bool[index] = piece_is_i1(b, e);
+        const char *attr = find(b, e, "tf.aliasing_output");
+        const char *eq = attr ? memchr(attr, '=', (size_t)(e - attr)) : NULL;
+        long r = eq ? parse_int(eq + 1, e) : -1;
+        if (r >= 0 && (uint64_t)r < s->nresults)
+            s->aliases[r] = (int32_t)index;
+    } else if (index < s->nresults) {
+        s->is_bool[s->nparams + index] = piece_is_i1(b, e);
+    }
+}
+
+void trn_stablehlo_signature(const void *image, size_t size, uint32_t nparams, uint32_t nresults,
+                             int32_t *aliases, bool *is_bool)
+{
+    for (uint32_t r = 0; r < nresults; r++)
+        aliases[r] = -1;
+    for (uint32_t i = 0; i < nparams + nresults; i++)
+        is_bool[i] = false;
+    const char *p = image, *end = p + size;
+    if (size >= sizeof(bytecode_magic) && memcmp(p, bytecode_magic, sizeof(bytecode_magic)) == 0)
+        return;
+    const char *main = find(p, end, "@main(");
+    if (!main)
+        return;
+    signature_scan_t scan = { nparams, nresults, aliases, is_bool, false };
+    p = split_list(main + strlen("@main"), end, scan_piece, &scan);
+    while (p < end && *p == ' ')
+        p++;
+    if (end - p < 2 || memcmp(p, "->", 2) != 0)
+        return;
+    p += 2;
+    while (p < end && *p == ' ')
+        p++;
+    scan.results = true;
+    if (p < end && *p == '(') {
+        split_list(p, end, scan_piece, &scan);
+    } else if (nresults > 0) {
+        const char *e = p;
+        int depth = 0;
+        for (; e < end && !(depth == 0 && (*e == ' ' || *e == '{')); e++)
+            depth += *e == '<' ? 1 : *e == '>' ? -1 : 0;
+        scan_piece(&scan, 0, p, e);
+    }
+}
