@@ -1,0 +1,779 @@
+"""torch.compile on neuron: AOTAutograd graphs lowered to StableHLO, as AWS's own backend does.
+
+AWS's native Neuron backend lowers each forward and backward graph that AOTAutograd produces
+through torch-mlir to StableHLO and hands the module to the Neuron compiler. This module is the
+lowering half of that path, in pure Python (no HAL, no device):
+
+* :func:`lower` imports one aten-level FX graph (AOTAutograd's, after
+  ``torch._decomp.core_aten_decompositions()``) with ``torch_mlir.fx.stateless_fx_import`` (a
+  module-level export would keep tensor constants as ``dense_resource`` blobs, which XLA's
+  importer rejects), lowers it to StableHLO, demotes f64 to f32 (as AWS's backend does) and
+  returns a :class:`LoweredGraph`: the module as MLIR text with one public function
+  ``@main`` (parameters in the graph's placeholder order, results in its output order), the
+  input and output specs, the inputs the graph mutates, and a cache key.
+* :func:`partition` splits a graph into regions torch-mlir lowers (submodules run as lowered
+  programs) and nodes it does not (run eagerly). Random ops are never lowered: they run eagerly
+  with the device's generator, so compiled and eager code draw the same values.
+* :func:`run_with_jax` runs a :class:`LoweredGraph` with jaxlib's XLA CPU client, so lowering
+  can be tested numerically without a device; the device path loads the same text as a HAL
+  program of format "stablehlo".
+
+Mutated inputs: a functionalized graph writes an input back with ``aten.copy_(input, value)``.
+The lowered module returns ``value`` as an extra result (after the graph's own outputs) and
+declares that this result must alias the input, with both conventions XLA reads:
+``tf.aliasing_output = <result> : i32`` on the parameter and the module attribute
+``mhlo.input_output_alias`` (kind ``must_alias``, what AWS's backend emits). An executor passes
+the input's buffer for that result, so the input is updated in place.
+
+Requirements: torch-mlir (20261001, the wheel built for torch 2.13) for lowering, jax/jaxlib
+(0.10.2; :func:`run_with_jax` uses a private jaxlib API) for running on the host.
+"""
+
+import collections
+import dataclasses
+import hashlib
+import operator
+import threading
+
+import torch
+import torch.fx
+
+__all__ = ["LoweredGraph", "LoweredSubmodule", "LoweringError", "PartitionReport", "TensorSpec",
+           "compile_with_jax", "is_available", "lower", "partition", "run_with_jax"]
+
+_TORCH_MLIR_HINT = "pip install torch-mlir==20261001"
+_JAX_HINT = "pip install jax==0.10.2 jaxlib==0.10.2"
+
+# Ops that draw random numbers. They are found by the nondeterministic_seeded tag; the names
+# cover ops whose tags say otherwise.
+_RANDOM_OP_NAMES = frozenset({
+    "bernoulli", "cauchy", "exponential", "geometric", "log_normal", "multinomial",
+    "native_dropout", "normal", "poisson", "rand", "rand_like", "randint", "randint_like",
+    "randn", "randn_like", "randperm", "rrelu_with_noise", "uniform", "_fused_dropout",
+    "_standard_gamma", "_sample_dirichlet", "_fused_rrelu_with_noise",
+})
+
+# What torch_mlir.fx.stateless_fx_import(output_type="stablehlo") runs after the import (run
+# here with the diagnostics kept for the error message, and no reproducer file written).
+_PIPELINES = (
+    "builtin.module(func.func(torch-match-quantized-custom-ops), "
+    "torchdynamo-export-to-torch-backend-pipeline{ extra-library=})",
+    "builtin.module(torch-backend-to-stablehlo-backend-pipeline{allow-non-finites=true})",
+)
+
+# Shape ops torch-mlir 20261001 does not lower, imported as aten.view to their output shape
+# (squeeze.dims comes from the core-aten decompositions of logsumexp, cross_entropy, ...).
+_SHAPE_REWRITES = frozenset({torch.ops.aten.squeeze.dims})
+
+# Dialects the lowered module may contain (arith.constant is rewritten to stablehlo.constant).
+_ALLOWED_DIALECTS = ("builtin", "func", "stablehlo", "chlo")
+
+
+class LoweringError(RuntimeError):
+    """A graph (or one of its nodes) that torch-mlir does not lower to StableHLO."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorSpec:
+    """One parameter or result of a lowered module.
+
+    ``dtype`` and ``shape`` are the module's; ``graph_dtype`` is the FX graph's, which differs
+    only where f64 was demoted to f32 (the caller converts on the way in and out).
+    """
+
+    dtype: torch.dtype
+    shape: tuple
+    graph_dtype: torch.dtype
+
+    def __str__(self):
+        dt = str(self.dtype).replace("torch.", "")
+        if self.graph_dtype != self.dtype:
+            dt += f" (graph: {str(self.graph_dtype).replace('torch.', '')})"
+        return f"{dt}{list(self.shape)}"
+
+
+@dataclasses.dataclass(frozen=True)
+class LoweredGraph:
+    """A graph lowered to StableHLO.
+
+    ``mlir``: the module as MLIR text; its public function is ``@main``.
+    ``input_specs``: one :class:`TensorSpec` per parameter (the graph's placeholders, in order).
+    ``output_specs``: one per graph output, None where the graph returns None (such an output
+    has no result in the module; the others are the module's results, in order).
+    ``aliases``: ``(input index, result index)`` for each mutated input: that module result is
+    the input's new value and must alias it; these results follow the graph's outputs.
+    ``cache_key``: SHA-256 (hex) of the module text and the specs; it does not depend on
+    ``name``, so equal graphs share one compiled program.
+    """
+
+    name: str
+    mlir: str
+    input_specs: tuple
+    output_specs: tuple
+    aliases: tuple
+    cache_key: str
+
+    @property
+    def mutated_inputs(self):
+        """Indices of the inputs the graph writes (in place, through aliased results)."""
+        return tuple(i for i, _ in self.aliases)
+
+    @property
+    def result_specs(self):
+        """The module's results: the graph's non-None outputs, then the mutated inputs."""
+        outs = tuple(s for s in self.output_specs if s is not None)
+        return outs + tuple(self.input_specs[i] for i, _ in self.aliases)
+
+
+# --------------------------------------------------------------------------------------------
+# Availability
+
+
+def is_available():
+    """Whether lowering and the host runner can work here: ``(True, "")`` or ``(False, why)``."""
+    try:
+        import torch_mlir.fx  # noqa: F401
+    except Exception as exc:
+        return False, f"torch-mlir is not installed ({_TORCH_MLIR_HINT}): {exc}"
+    try:
+        import jax  # noqa: F401
+        from jax._src import xla_bridge  # noqa: F401
+        from jax._src.lib import xla_client  # noqa: F401
+    except Exception as exc:
+        return False, f"jax is not installed ({_JAX_HINT}): {exc}"
+    return True, ""
+
+
+def _torch_mlir():
+    try:
+        import torch_mlir.fx as fx
+        from torch_mlir import ir
+        from torch_mlir.extras import fx_importer
+        from torch_mlir.passmanager import PassManager
+    except Exception as exc:
+        raise LoweringError(f"torch-mlir is not installed ({_TORCH_MLIR_HINT}): {exc}") from None
+    return fx, ir, fx_importer, PassManager
+
+
+# --------------------------------------------------------------------------------------------
+# Lowering
+
+
+def _val(node):
+    """The value (a fake tensor, or a tuple of them) FX metadata records for ``node``."""
+    return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+
+
+def _ensure_metadata(gm, example_inputs):
+    """Fills ``meta['val']`` by fake propagation where the graph lacks it (AOT graphs have it)."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if all("val" in n.meta for n in gm.graph.nodes if n.op not in ("output", "get_attr")):
+        return
+    if example_inputs is None or len(example_inputs) != len(placeholders):
+        raise LoweringError("the graph has no shape metadata and example_inputs do not match "
+                            "its placeholders")
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    mode = next((x.fake_mode for x in example_inputs if isinstance(x, FakeTensor)), None)
+    mode = mode or FakeTensorMode(allow_non_fake_inputs=True)
+    fakes = [mode.from_tensor(x) if isinstance(x, torch.Tensor) and not isinstance(x, FakeTensor)
+             else x for x in example_inputs]
+    FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
+
+
+def _spec(val, what):
+    if not isinstance(val, torch.Tensor):
+        raise LoweringError(f"{what} is not a tensor ({type(val).__name__}): only static-shape "
+                            "tensor graphs are lowered")
+    shape = tuple(val.shape)
+    if not all(isinstance(d, int) for d in shape):
+        raise LoweringError(f"{what} has a dynamic shape {shape}: only static shapes are lowered")
+    dtype = torch.float32 if val.dtype == torch.float64 else val.dtype
+    return TensorSpec(dtype, shape, val.dtype)
+
+
+def _functional_graph(gm):
+    """A copy of ``gm`` without input mutations, and what they were, ready for the importer.
+
+    Shape ops in ``_SHAPE_REWRITES`` become views. Each ``aten.copy_(placeholder, value)`` is
+    removed; ``value`` becomes an extra output (cast and broadcast to the placeholder's dtype
+    and shape where they differ), and readers of the placeholder (or of the copy's result) after
+    it read ``value``. Returns ``(graph module, graph outputs (nodes, or None), [(input index,
+    value node)])``.
+    """
+    graph = torch.fx.Graph()
+    env = {}
+    for node in gm.graph.nodes:
+        if node.op == "output":
+            break
+        env[node] = graph.node_copy(node, lambda n: env[n])
+    placeholders = [env[n] for n in gm.graph.nodes if n.op == "placeholder"]
+    index = {p: i for i, p in enumerate(placeholders)}
+    order = {n: i for i, n in enumerate(graph.nodes)}
+
+    for node in list(graph.nodes):
+        if node.op == "call_function" and node.target in _SHAPE_REWRITES:
+            # A shape op torch-mlir lacks: the same value as a view to its (static) shape.
+            node.target = torch.ops.aten.view.default
+            node.args, node.kwargs = (node.args[0], list(_val(node).shape)), {}
+
+    writes = {}  # placeholder -> its new value (the last write wins)
+    replaced = {}  # removed copy_ node -> its value
+    for node in list(graph.nodes):
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        if node.target is torch.ops.aten.copy_.default and node.args[0] in index:
+            dst, src = node.args[0], node.args[1]
+            if not isinstance(src, torch.fx.Node):
+                raise LoweringError(f"{node.format_node()}: copy of a non-tensor into an input")
+            src = _match(graph, node, src, _val(dst))
+            for user in list(dst.users):
+                if user is not node and order.get(user, -1) > order[node]:
+                    user.replace_input_with(dst, src)
+            node.replace_all_uses_with(src)
+            graph.erase_node(node)
+            replaced[node] = src
+            writes[dst] = src
+        elif node.target._schema.is_mutable:
+            raise LoweringError(f"{node.format_node()}: in-place op in a graph that is not "
+                                "functionalized (only copy_ into an input is lowered)")
+
+    outs = gm.graph.output_node().args[0]
+    outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+    graph_outputs = []
+    for i, o in enumerate(outs):
+        if o is None:
+            graph_outputs.append(None)
+        elif isinstance(o, torch.fx.Node):
+            graph_outputs.append(replaced.get(env[o], env[o]))
+        else:
+            raise LoweringError(f"graph output {i} is not a tensor ({o!r})")
+    mutations = [(index[p], v) for p, v in writes.items()]
+    graph.output(tuple([o for o in graph_outputs if o is not None] + [v for _, v in mutations]))
+    return torch.fx.GraphModule(gm, graph), graph_outputs, mutations
+
+
+def _match(graph, before, src, dst_val):
+    """``src`` cast and broadcast to ``dst_val``'s dtype and shape (new nodes before ``before``)."""
+    sval = _val(src)
+    with graph.inserting_before(before):
+        if sval.dtype != dst_val.dtype:
+            src = graph.call_function(torch.ops.aten._to_copy.default, (src,),
+                                      {"dtype": dst_val.dtype})
+            sval = torch.ops.aten._to_copy.default(sval, dtype=dst_val.dtype)
+            src.meta["val"] = sval
+        if tuple(sval.shape) != tuple(dst_val.shape):
+            src = graph.call_function(torch.ops.aten.expand.default, (src, list(dst_val.shape)))
+            sval = torch.ops.aten.expand.default(sval, list(dst_val.shape))
+            src.meta["val"] = sval
+            src = graph.call_function(torch.ops.aten.clone.default, (src,))
+            src.meta["val"] = torch.ops.aten.clone.default(sval)
+    return src
+
+
+def _dense_literal_hooks(fx_importer, ir):
+    """Importer hooks that inline tensor constants as dense elements, never ``dense_resource``."""
+
+    class Hooks(fx_importer.FxImporterHooks):
+        def resolve_literal(self, gni, literal, info):
+            if not isinstance(literal, torch.Tensor) or literal.numel() <= 1:
+                return None  # the importer's default (dense splats) is fine
+            t = literal.detach().cpu().contiguous()
+            element_type = fx_importer.TORCH_DTYPE_TO_MLIR_TYPE[t.dtype]()
+            if t.dtype == torch.bfloat16:
+                array = t.view(torch.int16).numpy()
+            else:
+                array = t.numpy()
+            attr = ir.DenseElementsAttr.get(array, type=element_type, shape=list(t.shape))
+            vtype = gni._cc.tensor_to_vtensor_type(t)
+            return ir.Operation.create(name="torch.vtensor.literal", results=[vtype],
+                                       attributes={"value": attr}).result
+
+    return Hooks()
+
+
+def _all_ops(module):
+    """Every operation in the module, the module itself included, in pre-order."""
+    from torch_mlir import ir
+
+    ops = []
+
+    def visit(op):
+        ops.append(op.operation)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit, ir.WalkOrder.PRE_ORDER)
+    return ops
+
+
+def _demote_f64(module, ir):
+    """Rewrites every f64 in the module (types, constants, the signature) as f32."""
+    f32 = ir.F32Type.get()
+
+    def conv(t):
+        if isinstance(t, ir.RankedTensorType) and isinstance(t.element_type, ir.F64Type):
+            return ir.RankedTensorType.get(t.shape, f32, t.encoding)
+        return f32 if isinstance(t, ir.F64Type) else t
+
+    for op in _all_ops(module):
+        for region in op.regions:
+            for block in region.blocks:
+                for arg in block.arguments:
+                    arg.set_type(conv(arg.type))
+        for r in op.results:
+            r.set_type(conv(r.type))
+        attr = op.attributes["value"] if "value" in op.attributes else None
+        if isinstance(attr, ir.DenseFPElementsAttr) and \
+                isinstance(attr.type.element_type, ir.F64Type):
+            if attr.is_splat:
+                v = attr.get_splat_value().value
+                attr = ir.DenseElementsAttr.get_splat(conv(attr.type), ir.FloatAttr.get(f32, v))
+            else:
+                import numpy as np
+
+                arr = np.array(attr).astype(np.float32)
+                attr = ir.DenseElementsAttr.get(arr, type=f32, shape=list(arr.shape))
+            op.attributes["value"] = attr
+        if op.name == "func.func":
+            ft = op.attributes["function_type"].value
+            op.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
+                [conv(t) for t in ft.inputs], [conv(t) for t in ft.results]))
+
+
+def _stablehlo_constants(module, ir):
+    """Rewrites ``arith.constant`` tensors (left by torch-mlir) as ``stablehlo.constant``."""
+    for op in _all_ops(module):
+        if op.name != "arith.constant" or not isinstance(op.results[0].type, ir.RankedTensorType):
+            continue
+        with op.location, ir.InsertionPoint(op):
+            new = ir.Operation.create("stablehlo.constant", results=[op.results[0].type],
+                                      attributes={"value": op.attributes["value"]})
+        op.results[0].replace_all_uses_with(new.results[0])
+        op.erase()
+
+
+def _torch_ops_left(module):
+    """The aten ops still in the module after a failed lowering ("aten.fmod.Scalar", ...)."""
+    names = []
+    for op in _all_ops(module):
+        if op.name == "torch.operator":
+            names.append(op.attributes["name"].value)
+        elif op.name.startswith("torch.aten."):
+            names.append(op.name)
+    return list(dict.fromkeys(n[len("torch."):] if n.startswith("torch.") else n for n in names))
+
+
+def _check_dialects(module, name):
+    bad = sorted({op.name for op in _all_ops(module)
+                  if op.name.split(".")[0] not in _ALLOWED_DIALECTS})
+    if bad:
+        raise LoweringError(f"{name}: the lowered module is not pure StableHLO: " + ", ".join(bad))
+
+
+def _declare_aliases(module, ir, aliases, n_inputs):
+    """Marks each mutated input's result as aliasing it (tf.aliasing_output, must_alias)."""
+    func = next(op for op in _all_ops(module) if op.name == "func.func")
+    alias_of = dict(aliases)
+    i32 = ir.IntegerType.get_signless(32)
+    old = list(func.attributes["arg_attrs"]) if "arg_attrs" in func.attributes else []
+    arg_attrs = []
+    for i in range(n_inputs):
+        entries = {a.name: a.attr for a in old[i]} if i < len(old) else {}
+        if i in alias_of:
+            entries["tf.aliasing_output"] = ir.IntegerAttr.get(i32, alias_of[i])
+        arg_attrs.append(ir.DictAttr.get(entries))
+    func.attributes["arg_attrs"] = ir.ArrayAttr.get(arg_attrs)
+    # XLA returns several results as a tuple (result r is at index {r}), one result bare ({}).
+    n_results = len(func.attributes["function_type"].value.results)
+    entries = ", ".join(
+        f'{{alias = {{kind = "must_alias", parameter_index = array<i64>, '
+        f"parameter_number = {i} : i64}}, "
+        f"output_index = array<i64{f': {r}' if n_results > 1 else ''}>}}"
+        for i, r in aliases)
+    module.operation.attributes["mhlo.input_output_alias"] = ir.Attribute.parse(f"[{entries}]")
+
+
+def _cache_key(text, inputs, outputs, aliases):
+    h = hashlib.sha256(text.encode())
+    h.update(repr([(str(s.dtype), s.shape, str(s.graph_dtype)) for s in inputs]).encode())
+    h.update(repr([None if s is None else (str(s.dtype), s.shape, str(s.graph_dtype))
+                   for s in outputs]).encode())
+    h.update(repr(tuple(aliases)).encode())
+    return h.hexdigest()
+
+
+# torch-mlir's MLIR contexts are not to be used from two threads at once.
+_LOCK = threading.RLock()
+
+
+def lower(gm, example_inputs=None, *, name="main"):
+    """Lowers an aten-level FX graph (AOTAutograd's forward or backward) to StableHLO.
+
+    ``example_inputs`` (real or fake tensors, one per placeholder) are used only when the graph
+    carries no shape metadata. ``name`` names the result (errors, dumps); it is not part of the
+    module text or the cache key. Raises :class:`LoweringError` if torch-mlir cannot lower the
+    graph. Returns a :class:`LoweredGraph`.
+    """
+    tmfx, ir, fx_importer, PassManager = _torch_mlir()
+    _ensure_metadata(gm, example_inputs)
+    fgm, graph_outputs, mutations = _functional_graph(gm)
+    placeholders = [n for n in fgm.graph.nodes if n.op == "placeholder"]
+    input_specs = tuple(_spec(_val(p), f"input {i} ({p.name})")
+                        for i, p in enumerate(placeholders))
+    output_specs = tuple(None if o is None else _spec(_val(o), f"output {i} ({o.name})")
+                         for i, o in enumerate(graph_outputs))
+    n_results = sum(s is not None for s in output_specs)
+    aliases = tuple((i, n_results + k) for k, (i, _) in enumerate(mutations))
+
+    with _LOCK:
+        context = ir.Context()
+        context.enable_multithreading(False)  # one function: threads would only cost
+        tmfx.torch_d.register_dialect(context)
+        diagnostics = []
+
+        def on_diagnostic(d):
+            diagnostics.append(str(d.message))
+            return True
+
+        context.attach_diagnostic_handler(on_diagnostic)
+        importer = fx_importer.FxImporter(context=context,
+                                          hooks=_dense_literal_hooks(fx_importer, ir))
+        try:
+            module = tmfx.stateless_fx_import(fgm, output_type="raw", fx_importer=importer,
+                                              model_name="main")
+        except Exception as exc:
+            raise LoweringError(f"{name}: torch-mlir does not import the graph: "
+                                f"{_first_line(str(exc))}") from None
+        with context, ir.Location.unknown():
+            context.emit_error_diagnostics = True
+            for pipeline in _PIPELINES:
+                try:
+                    PassManager.parse(pipeline).run(module.operation)
+                except Exception as exc:
+                    why = "; ".join(dict.fromkeys(diagnostics)) or _first_line(str(exc))
+                    left = _torch_ops_left(module)
+                    ops = f"no StableHLO lowering of {', '.join(left)}: " if left else ""
+                    raise LoweringError(f"{name}: torch-mlir does not lower the graph: {ops}"
+                                        f"{why}") from None
+            _demote_f64(module, ir)
+            _stablehlo_constants(module, ir)
+            _check_dialects(module, name)
+            if aliases:
+                _declare_aliases(module, ir, aliases, len(input_specs))
+            try:
+                verified = module.operation.verify()
+            except Exception as exc:
+                verified, diagnostics[:] = False, diagnostics + [_first_line(str(exc))]
+            if not verified:
+                raise LoweringError(f"{name}: the lowered module does not verify: "
+                                    + "; ".join(dict.fromkeys(diagnostics)))
+            text = module.operation.get_asm(enable_debug_info=False)
+    return LoweredGraph(name=name, mlir=text, input_specs=input_specs, output_specs=output_specs,
+                        aliases=aliases,
+                        cache_key=_cache_key(text, input_specs, output_specs, aliases))
+
+
+def _first_line(message):
+    return next((line.strip() for line in message.splitlines() if line.strip()), "")
+
+
+# --------------------------------------------------------------------------------------------
+# Partitioning
+
+
+def _is_random(target):
+    if not isinstance(target, torch._ops.OpOverload):
+        return False
+    if torch.Tag.nondeterministic_seeded in target.tags:
+        return True
+    return target._schema.name.split("::")[-1] in _RANDOM_OP_NAMES
+
+
+def _op_name(target):
+    if isinstance(target, torch._ops.OpOverload):
+        return str(target)  # "aten.add.Tensor"
+    return getattr(target, "__name__", str(target))
+
+
+def _tensor_key(v):
+    if isinstance(v, torch.Tensor):
+        return (str(v.dtype), v.dim())
+    if isinstance(v, (list, tuple)):
+        return tuple(_tensor_key(x) for x in v)
+    return None
+
+
+def _probe_graph(node):
+    """A graph of ``node`` alone: each node argument a placeholder, each result an output."""
+    graph = torch.fx.Graph()
+    env = {}
+    for arg in node.all_input_nodes:
+        p = graph.placeholder(f"in{len(env)}")
+        p.meta["val"] = _val(arg)
+        env[arg] = p
+    copy_ = graph.node_copy(node, lambda n: env[n])
+    val = _val(node)
+    if isinstance(val, (tuple, list)):
+        outs = []
+        for i, v in enumerate(val):
+            if isinstance(v, torch.Tensor):
+                g = graph.call_function(operator.getitem, (copy_, i))
+                g.meta["val"] = v
+                outs.append(g)
+        graph.output(tuple(outs))
+    else:
+        graph.output((copy_,))
+    return torch.fx.GraphModule(node.graph.owning_module or torch.nn.Module(), graph)
+
+
+class _Lowerable:
+    """Operator support for the partitioner: does torch-mlir lower this node?
+
+    Decided per op by lowering a graph of the node alone, cached per (op, argument dtypes and
+    ranks). Random ops never lower, nor do the nodes named in ``exact_unsupported`` (found not
+    to lower with their own arguments, or only as part of their region).
+    """
+
+    _cache = {}
+
+    def __init__(self):
+        self.exact_unsupported = set()
+        self.reasons = {}
+
+    def is_node_supported(self, submodules, node):
+        if node.op != "call_function" or node.name in self.exact_unsupported:
+            return False
+        if node.target is operator.getitem:
+            src = node.args[0]
+            return isinstance(src, torch.fx.Node) and self.is_node_supported(submodules, src)
+        if not isinstance(node.target, torch._ops.OpOverload):
+            return False
+        if _is_random(node.target):
+            self.reasons[_op_name(node.target)] = ("random op: runs eagerly with the device's "
+                                                   "generator")
+            return False
+        val = _val(node)
+        vals = val if isinstance(val, (tuple, list)) else (val,)
+        if not all(isinstance(v, torch.Tensor) or v is None for v in vals):
+            return False
+        key = (node.target, tuple(_tensor_key(_val(a)) for a in node.all_input_nodes),
+               _tensor_key(val))
+        if key not in self._cache:
+            self._cache[key] = self.probe(node)
+        ok, why = self._cache[key]
+        if not ok:
+            self.reasons[_op_name(node.target)] = why
+        return ok
+
+    @staticmethod
+    def probe(node):
+        try:
+            lower(_probe_graph(node), name=_op_name(node.target))
+            return True, ""
+        except Exception as exc:
+            return False, str(exc)
+
+
+@dataclasses.dataclass
+class PartitionReport:
+    """What :func:`partition` lowered: counts of op nodes (aten and other operator overloads;
+    getitem and placeholders are not counted), the eager ones by op name, and why they did not
+    lower."""
+
+    total: int
+    lowered: int
+    eager: int
+    eager_ops: dict
+    submodules: list
+    reasons: dict
+
+    @property
+    def lowered_fraction(self):
+        return self.lowered / self.total if self.total else 1.0
+
+    def __str__(self):
+        ops = ", ".join(f"{k} x{v}" for k, v in sorted(self.eager_ops.items())) or "none"
+        return (f"{self.lowered}/{self.total} op nodes lowered "
+                f"({100.0 * self.lowered_fraction:.1f}%) in {len(self.submodules)} submodule(s); "
+                f"{self.eager} eager: {ops}")
+
+
+class LoweredSubmodule(torch.nn.Module):
+    """A region of a partitioned graph: its FX graph and the :class:`LoweredGraph` of it.
+
+    Calling it runs ``executor(lowered, inputs)`` (which returns the graph outputs and updates
+    mutated inputs in place), or the FX graph eagerly while ``executor`` is None.
+    """
+
+    def __init__(self, graph_module, lowered, executor=None):
+        super().__init__()
+        self.graph_module = graph_module
+        self.lowered = lowered
+        self.executor = executor
+        out = graph_module.graph.output_node().args[0]
+        self._single = not isinstance(out, (tuple, list))
+
+    def forward(self, *args):
+        if self.executor is None:
+            return self.graph_module(*args)
+        outs = self.executor(self.lowered, list(args))
+        return outs[0] if self._single else tuple(outs)
+
+
+def _op_nodes(graph):
+    return [n for n in graph.nodes
+            if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)]
+
+
+def partition(gm, example_inputs=None, *, executor=None, prefix="lowered_"):
+    """Splits ``gm`` into StableHLO-lowered regions and eager nodes.
+
+    Returns ``(split_gm, report)``: ``split_gm`` is a new GraphModule (``gm`` is left as it is)
+    whose lowered regions are :class:`LoweredSubmodule` children named ``<prefix><i>`` (each
+    runs with ``executor``, or eagerly while it is None: set their ``executor`` later to
+    choose), every other node running eagerly as in ``gm``; ``report`` is a
+    :class:`PartitionReport`.
+    """
+    from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+    from torch.fx.passes.operator_support import OperatorSupportBase
+
+    _torch_mlir()
+    _ensure_metadata(gm, example_inputs)
+    support = _Lowerable()
+
+    class Support(OperatorSupportBase):
+        def is_node_supported(self, submodules, node):
+            return support.is_node_supported(submodules, node)
+
+    total_nodes = len(_op_nodes(gm.graph))
+    for _attempt in range(total_nodes + 1):  # one pass is the rule; each retry keeps nodes out
+        graph = torch.fx.Graph()
+        out = graph.graph_copy(gm.graph, {})
+        graph.output(out)
+        work = torch.fx.GraphModule(gm, graph)
+        partitioner = CapabilityBasedPartitioner(work, Support(), allows_single_node_partition=True)
+        split = partitioner.partition_and_fuse(prefix=prefix)
+        failed = []
+        for node in list(split.graph.nodes):
+            if node.op != "call_module" or not node.target.startswith(prefix):
+                continue
+            sub = getattr(split, node.target)
+            try:
+                lowered = lower(sub, name=node.target)
+            except LoweringError as exc:
+                failed.append((sub, exc))
+                continue
+            setattr(split, node.target, LoweredSubmodule(sub, lowered, executor))
+        if not failed:
+            break
+        # A region that does not lower though each op did alone: find the nodes that do not
+        # lower with their own arguments, and keep them out next time.
+        for sub, exc in failed:
+            found = False
+            for n in _op_nodes(sub.graph):
+                ok, why = _Lowerable.probe(n)
+                if not ok:
+                    support.exact_unsupported.add(n.name)
+                    support.reasons[_op_name(n.target)] = why
+                    found = True
+            if not found:  # only the region as a whole fails: run all of it eagerly
+                for n in _op_nodes(sub.graph):
+                    support.exact_unsupported.add(n.name)
+                    support.reasons.setdefault(_op_name(n.target),
+                                               f"lowers alone, not in its region: {exc}")
+    else:
+        raise LoweringError("partitioning did not settle: " + str(failed[0][1]))
+
+    lowered_nodes, eager = 0, collections.Counter()
+    for node in split.graph.nodes:
+        if node.op == "call_module" and isinstance(getattr(split, node.target),
+                                                   LoweredSubmodule):
+            lowered_nodes += len(_op_nodes(getattr(split, node.target).graph_module.graph))
+        elif node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
+            eager[_op_name(node.target)] += 1
+    submodules = [n.target for n in split.graph.nodes
+                  if n.op == "call_module" and isinstance(getattr(split, n.target),
+                                                          LoweredSubmodule)]
+    reasons = {k: v for k, v in support.reasons.items() if k in eager}
+    return split, PartitionReport(total=total_nodes, lowered=lowered_nodes,
+                                  eager=sum(eager.values()), eager_ops=dict(eager),
+                                  submodules=submodules, reasons=reasons)
+
+
+# --------------------------------------------------------------------------------------------
+# Running on the host with XLA (tests)
+
+_EXECUTABLES = {}
+
+
+def _xla():
+    try:
+        from jax._src import xla_bridge
+        from jax._src.lib import xla_client
+    except Exception as exc:
+        raise RuntimeError(f"jax is not installed ({_JAX_HINT}): {exc}") from None
+    return xla_bridge, xla_client
+
+
+def compile_with_jax(lowered):
+    """The module compiled by jaxlib's XLA CPU client (cached per cache key)."""
+    exe = _EXECUTABLES.get(lowered.cache_key)
+    if exe is None:
+        xla_bridge, xla_client = _xla()
+        backend = xla_bridge.get_backend("cpu")
+        devices = xla_client.DeviceList(tuple(backend.local_devices()[:1]))
+        exe = backend.compile_and_load(lowered.mlir, executable_devices=devices,
+                                       compile_options=xla_client.CompileOptions())
+        _EXECUTABLES[lowered.cache_key] = exe
+    return exe
+
+
+def _to_numpy(t, dtype):
+    t = t.detach().to("cpu", dtype).contiguous()
+    if dtype == torch.bfloat16:
+        import ml_dtypes
+
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
+
+
+def _from_numpy(a, spec):
+    import numpy as np
+
+    a = np.array(a)  # a writable copy
+    if spec.dtype == torch.bfloat16:
+        t = torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    else:
+        t = torch.from_numpy(a)
+    return t.reshape(spec.shape).to(spec.graph_dtype)
+
+
+def run_with_jax(lowered, inputs):
+    """Runs a :class:`LoweredGraph` with XLA on the host, as a device would run the program.
+
+    ``inputs``: one tensor per parameter. Returns the graph outputs (CPU tensors in the
+    graph's dtypes, None where the graph returns None); mutated inputs are updated in place.
+    """
+    import jax
+
+    if len(inputs) != len(lowered.input_specs):
+        raise ValueError(f"{lowered.name}: {len(inputs)} inputs for "
+                         f"{len(lowered.input_specs)} parameters")
+    exe = compile_with_jax(lowered)
+    device = exe.local_devices()[0]
+    args = []
+    with jax.enable_x64(True):  # without it, jax would pass int64 inputs as int32
+        for i, (x, spec) in enumerate(zip(inputs, lowered.input_specs)):
+            if tuple(x.shape) != spec.shape:
+                raise ValueError(f"{lowered.name}: input {i} has shape {tuple(x.shape)}, the "
+                                 f"module takes {spec}")
+            args.append(jax.device_put(_to_numpy(x, spec.dtype), device))
+        results = exe.execute(args)
+    results = [_from_numpy(r, s) for r, s in zip(results, lowered.result_specs)]
+    n = len(results) - len(lowered.aliases)
+    for (i, _), r in zip(lowered.aliases, results[n:]):
+        with torch.no_grad():
+            inputs[i].copy_(r)
+    it = iter(results[:n])
+    return [None if s is None else next(it) for s in lowered.output_specs]
