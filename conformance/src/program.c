@@ -109,7 +109,10 @@ int cts_program_formats_property(cts_ctx_t *ctx)
     bool programs = (ctx->props.capabilities & HAL_DEVICE_CAP_PROGRAMS) != 0;
     CTS_CHECK(programs || ctx->props.program_formats == 0);
     CTS_CHECK(!programs || ctx->props.program_formats != 0);
-    CTS_CHECK((ctx->props.program_formats & ~((1u << HAL_PROGRAM_FORMAT_COUNT) - 2u)) == 0);
+    /* Known formats and the vendor range (since 1.3) only; never bit 0 (NONE). */
+    uint32_t vendor = 0xffffffffu << HAL_PROGRAM_FORMAT_VENDOR_FIRST;
+    CTS_CHECK((ctx->props.program_formats & ~(((1u << HAL_PROGRAM_FORMAT_COUNT) - 2u) | vendor)) ==
+              0);
     CTS_CHECK(strcmp(hal_program_format_name(HAL_PROGRAM_FORMAT_PTX), "ptx") == 0);
     CTS_CHECK(strcmp(hal_program_format_name((hal_program_format_t)99), "unknown") == 0);
     return CTS_PASS;

@@ -188,6 +188,8 @@ static hal_status_t fetch_tensor_info(struct hal_program_s *program, struct hal_
     if (!t)
         return hal_error(HAL_ERROR_OUT_OF_HOST_MEMORY, ops->name, call, "out of host memory");
     t->struct_size = sizeof(*t);
+    for (uint32_t r = 0; r < HAL_KERNEL_ARGS_MAX; r++)
+        t->aliases[r] = -1; /* a backend that writes none declares none */
     hal_status_t st = HAL_SLOT_CALL(ops, kernel_get_tensor_info, program->impl, k->impl, t);
     if (st == HAL_ERROR_UNSUPPORTED)
         st = hal_error(HAL_ERROR_INTERNAL, ops->name, call,
@@ -475,6 +477,13 @@ hal_status_t hal_kernel_launch(hal_stream_t stream, hal_kernel_t kernel,
                              "grid (%u, %u, %u) and block (%u, %u, %u) need every entry >= 1",
                              config->grid[0], config->grid[1], config->grid[2], config->block[0],
                              config->block[1], config->block[2]);
+    if (kernel->tensors)
+        for (int d = 0; d < 3; d++)
+            if (config->grid[d] != 1 || config->block[d] != 1)
+                return hal_error(HAL_ERROR_INVALID_ARGUMENT, ops->name, call,
+                                 "kernel '%s' takes tensors and runs once per launch: grid and "
+                                 "block must be (1, 1, 1)",
+                                 kernel->info.name);
     if (nargs > HAL_KERNEL_ARGS_MAX)
         return hal_error(HAL_ERROR_INVALID_ARGUMENT, ops->name, call, "%u arguments (at most %d)",
                          nargs, HAL_KERNEL_ARGS_MAX);
@@ -483,9 +492,10 @@ hal_status_t hal_kernel_launch(hal_stream_t stream, hal_kernel_t kernel,
                          nargs);
     const hal_kernel_info_t *info = &kernel->info;
     if (info->nargs != UINT32_MAX && info->nargs != nargs)
-        return hal_error(HAL_ERROR_INVALID_ARGUMENT, ops->name, call,
-                         "kernel '%s' takes %u arguments, the launch passes %u", info->name,
-                         info->nargs, nargs);
+        return hal_error(
+            HAL_ERROR_INVALID_ARGUMENT, ops->name, call,
+            "kernel '%s' takes %u arguments%s, the launch passes %u", info->name, info->nargs,
+            kernel->tensors ? " (the module's parameters, then its results)" : "", nargs);
     hal_backend_kernel_arg_t resolved[HAL_KERNEL_ARGS_MAX];
     for (uint32_t i = 0; i < nargs; i++) {
         if (args[i].kind == HAL_KERNEL_ARG_TENSOR) {

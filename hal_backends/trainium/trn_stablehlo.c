@@ -27,11 +27,22 @@ bool trn_stablehlo_looks_like_module(const void *image, size_t size)
     return find(p, end, "func.func") != NULL || find(p, end, "module") != NULL;
 }
 
-/* Parses a decimal integer at p (after spaces); -1 if none. */
+static bool is_space(char ch)
+{
+    return ch == ' ' || ch == '\n' || ch == '\t' || ch == '\r';
+}
+
+static const char *skip_space(const char *p, const char *end)
+{
+    while (p < end && is_space(*p))
+        p++;
+    return p;
+}
+
+/* Parses a decimal integer at p (after white space); -1 if none. */
 static long parse_int(const char *p, const char *end)
 {
-    while (p < end && *p == ' ')
-        p++;
+    p = skip_space(p, end);
     long v = -1;
     for (; p < end && *p >= '0' && *p <= '9'; p++)
         v = (v < 0 ? 0 : v * 10) + (*p - '0');
@@ -101,6 +112,42 @@ static void scan_piece(void *ctx, uint32_t index, const char *b, const char *e)
     }
 }
 
+/* The module attribute mhlo.input_output_alias (before `main`, in [p, end)): each entry with
+ * kind "must_alias" names a parameter_number and an output_index (empty: the only result). */
+static void module_aliases(const char *p, const char *end, uint32_t nresults, uint32_t nparams,
+                           int32_t *aliases)
+{
+    const char *list = find(p, end, "mhlo.input_output_alias");
+    if (!list)
+        return;
+    const char *q = list;
+    for (;;) {
+        const char *entry = find(q, end, "{alias");
+        if (!entry)
+            return;
+        const char *next = find(entry + 1, end, "{alias");
+        const char *stop = next ? next : end;
+        const char *param = find(entry, stop, "parameter_number");
+        const char *out = find(entry, stop, "output_index");
+        const char *eq = param ? memchr(param, '=', (size_t)(stop - param)) : NULL;
+        long pn = eq ? parse_int(eq + 1, stop) : -1;
+        long r = -1;
+        if (out) {
+            const char *arr = find(out, stop, "array<i64");
+            if (arr) {
+                const char *a = skip_space(arr + strlen("array<i64"), stop);
+                r = a < stop && *a == '>' ? 0 : a < stop && *a == ':' ? parse_int(a + 1, stop) : -1;
+            }
+        }
+        if (find(entry, stop, "must_alias") && pn >= 0 && (uint64_t)pn < nparams && r >= 0 &&
+            (uint64_t)r < nresults)
+            aliases[r] = (int32_t)pn;
+        if (!next)
+            return;
+        q = next;
+    }
+}
+
 void trn_stablehlo_signature(const void *image, size_t size, uint32_t nparams, uint32_t nresults,
                              int32_t *aliases, bool *is_bool)
 {
@@ -115,21 +162,19 @@ void trn_stablehlo_signature(const void *image, size_t size, uint32_t nparams, u
     if (!main)
         return;
     signature_scan_t scan = { nparams, nresults, aliases, is_bool, false };
-    p = split_list(main + strlen("@main"), end, scan_piece, &scan);
-    while (p < end && *p == ' ')
-        p++;
+    const char *after = split_list(main + strlen("@main"), end, scan_piece, &scan);
+    module_aliases(p, main, nresults, nparams, aliases);
+    p = skip_space(after, end);
     if (end - p < 2 || memcmp(p, "->", 2) != 0)
         return;
-    p += 2;
-    while (p < end && *p == ' ')
-        p++;
+    p = skip_space(p + 2, end);
     scan.results = true;
     if (p < end && *p == '(') {
         split_list(p, end, scan_piece, &scan);
     } else if (nresults > 0) {
         const char *e = p;
         int depth = 0;
-        for (; e < end && !(depth == 0 && (*e == ' ' || *e == '{')); e++)
+        for (; e < end && !(depth == 0 && (is_space(*e) || *e == '{')); e++)
             depth += *e == '<' ? 1 : *e == '>' ? -1 : 0;
         scan_piece(&scan, 0, p, e);
     }
