@@ -225,6 +225,83 @@ void emu_tensors_release_all(void);
 void emu_tensors_lock_for_fork(void);
 void emu_tensors_unlock_after_fork(void);
 
+/* ---- emu_executor.c: the StableHLO executor process (stablehlo_executor.py) ---- */
+
+/* Message kinds of the executor's protocol (emu_executor.c, stablehlo_executor.py). */
+enum {
+    EMU_EXEC_LOAD = 1,
+    EMU_EXEC_EXECUTE = 2,
+    EMU_EXEC_UNLOAD = 3,
+    EMU_EXEC_OK = 16,
+    EMU_EXEC_ERROR = 17,
+    EMU_EXEC_BAD_INPUT = 18,
+    EMU_EXEC_READY = 19,
+};
+
+typedef struct emu_exec_reply {
+    uint32_t kind; /* EMU_EXEC_OK, EMU_EXEC_ERROR or EMU_EXEC_BAD_INPUT */
+    uint64_t id;
+    char *text; /* the payload, NUL-terminated (malloc'd: the caller frees it) */
+    size_t len;
+} emu_exec_reply_t;
+
+/* The executor's lock: every call below but emu_executor_stop needs it held. */
+void emu_executor_lock(void);
+void emu_executor_unlock(void);
+
+/* Starts the executor unless it runs (a new one if it ended). *generation identifies it: a
+ * model compiled by another generation must be loaded again. NRT_FAILURE (logged as api) when
+ * it cannot run. */
+NRT_STATUS emu_executor_start(const char *api, uint64_t *generation);
+
+/* Whether an executor runs (started, not known to have ended), and its generation. */
+bool emu_executor_running(uint64_t *generation);
+
+/* Sends a request and waits for the reply. NRT_FAILURE (logged) when the executor ended or the
+ * channel failed; the reply's kind says how the request itself went. */
+NRT_STATUS emu_executor_request(const char *api, uint32_t kind, uint64_t id, const void *payload,
+                                size_t len, emu_exec_reply_t *reply);
+
+/* The tensor region shared with the executor, grown to at least size bytes (NULL, logged, if it
+ * cannot grow). Its size goes with every request. */
+unsigned char *emu_executor_region(const char *api, size_t size);
+
+/* nrt_close: stops the executor (takes the lock). */
+void emu_executor_stop(void);
+
+/* Fork handlers: the child drops its copies of the channel and region (the executor is the
+ * parent's) and starts its own executor on next use. */
+void emu_executor_lock_for_fork(void);
+void emu_executor_unlock_after_fork(void);
+void emu_executor_reset_after_fork(void);
+
+/* ---- emu_stablehlo.c: StableHLO modules as models ---- */
+
+typedef struct emu_shlo emu_shlo_t;
+
+/* Whether an nrt_load image is a StableHLO module: MLIR bytecode ("ML\xefR"), or MLIR text that,
+ * after whitespace and `//` comment or `#loc` lines, starts with `module`, or that contains
+ * `func.func`. */
+bool emu_stablehlo_detect(const void *bytes, size_t size);
+
+/* Compiles a module in the executor. On success *out is the compiled module and *tensors /
+ * *ntensors its inputs ("input0", ...) then outputs ("output0", ...), with shapes in *dims (the
+ * tensors' shape pointers point there); the caller frees tensors and dims. NRT_INVALID for a
+ * module that does not parse or compile or whose types are not supported, NRT_FAILURE when the
+ * executor cannot run, NRT_RESOURCE out of memory. */
+NRT_STATUS emu_stablehlo_load(const char *api, const void *bytes, size_t size, emu_shlo_t **out,
+                              nrt_tensor_info_t **tensors, uint32_t **dims, uint32_t *ntensors);
+
+/* Runs a module on views of its tensors (in the order of emu_stablehlo_load's tensors, bound and
+ * size-checked by the caller): inputs are copied in, outputs out. NRT_EXEC_BAD_INPUT or
+ * NRT_FAILURE, logged with the executor's message, when the execution fails. */
+NRT_STATUS emu_stablehlo_execute(const char *api, emu_shlo_t *s, const nrt_tensor_info_t *tensors,
+                                 const emu_view_t *views, uint32_t ntensors);
+
+/* Frees a module; with tell, the executor that compiled it drops it too (nrt_unload). nrt_close
+ * and a forked child free without telling (the executor stops, or is the parent's). */
+void emu_stablehlo_free(emu_shlo_t *s, bool tell);
+
 /* ---- emu_dma.c: transfer timing ---- */
 
 /* Reads NEURON_EMU_DMA_GBPS. NRT_INVALID if malformed. The value takes effect with

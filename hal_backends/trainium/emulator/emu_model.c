@@ -1,11 +1,16 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* libnrt emulator: tensor sets, and models loaded from the emulator's own program container.
+/* libnrt emulator: tensor sets, and models: StableHLO modules, or the emulator's own program
+ * container.
  *
- * The Neuron compiler cannot run here, so the emulator does not execute NEFF: nrt_load accepts
- * only a small text container of its own, a test double that lets the code around nrt_load and
- * nrt_execute (tensor sets, slices, ordering, errors) be tested. Any other image, a real NEFF
- * included, fails with NRT_UNSUPPORTED_NEFF_VERSION and a message saying so. The container
- * (README.md, "Programs"):
+ * The Neuron compiler cannot run here, so the emulator never executes a NEFF. nrt_load accepts
+ * instead, in place of a NEFF:
+ *   - a StableHLO module (MLIR text or bytecode): the module neuronx-cc would be given, compiled
+ *     and run on the host CPU by XLA (emu_stablehlo.c); its tensors are "input0", ... and
+ *     "output0", ...;
+ *   - a small text container of the emulator's own, a test double that lets the code around
+ *     nrt_load and nrt_execute (tensor sets, slices, ordering, errors) be tested without Python.
+ * Any other image, a real NEFF included, fails with NRT_UNSUPPORTED_NEFF_VERSION and a message
+ * saying so. The container (README.md, "Programs"):
  *
  *     NRT-EMU-PROGRAM 1
  *     input a 4096            # a named input of 4096 bytes
@@ -41,8 +46,10 @@ struct nrt_model {
     struct nrt_model *next; /* registry */
     int vnc;
     uint32_t ntensors, nops;
-    nrt_tensor_info_t tensors[MODEL_TENSORS];
-    model_op_t ops[MODEL_OPS];
+    nrt_tensor_info_t *tensors; /* ntensors of them (room for MODEL_TENSORS in a container) */
+    uint32_t *dims;             /* StableHLO: the shapes that the tensors point into */
+    model_op_t ops[MODEL_OPS];  /* the container's */
+    emu_shlo_t *shlo;           /* StableHLO: the compiled module; NULL for a container */
 };
 
 typedef struct tensor_set {
@@ -55,6 +62,17 @@ typedef struct tensor_set {
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct nrt_model *models;
 static tensor_set_t *sets;
+
+/* Frees a model; with tell, a StableHLO module's executor drops it too. */
+static void model_free(struct nrt_model *m, bool tell)
+{
+    if (m == NULL)
+        return;
+    emu_stablehlo_free(m->shlo, tell);
+    free(m->tensors);
+    free(m->dims);
+    free(m);
+}
 
 static bool model_live(const nrt_model_t *m)
 {
@@ -82,7 +100,7 @@ void emu_models_release_all(void)
     while (models) {
         struct nrt_model *m = models;
         models = m->next;
-        free(m);
+        model_free(m, false);
     }
     while (sets) {
         tensor_set_t *s = sets;
@@ -274,18 +292,27 @@ NRT_EMU_EXPORT NRT_STATUS nrt_load(const void *neff_bytes, size_t size, int32_t 
     int cores = (int)emu_rt.vnc_count;
     struct nrt_model *m = NULL;
     char *text = NULL;
+    bool container = neff_bytes != NULL && size >= strlen(CONTAINER_MAGIC) &&
+                     memcmp(neff_bytes, CONTAINER_MAGIC, strlen(CONTAINER_MAGIC)) == 0;
     status = NRT_INVALID;
     if (neff_bytes == NULL || model == NULL) {
         EMU_ERR(api, "%s is NULL", neff_bytes == NULL ? "neff_bytes" : "model");
     } else if (vnc < -1 || vnc >= cores) {
         EMU_ERR(api, "NeuronCore %d is neither -1 nor visible (0-%d)", vnc, cores - 1);
-    } else if (size < strlen(CONTAINER_MAGIC) ||
-               memcmp(neff_bytes, CONTAINER_MAGIC, strlen(CONTAINER_MAGIC)) != 0) {
-        EMU_ERR(api, "the libnrt emulator does not execute NEFF: it loads only its own program "
-                     "container (first line \"NRT-EMU-PROGRAM 1\"), a test double for the code "
-                     "around nrt_load");
+    } else if (!container && !emu_stablehlo_detect(neff_bytes, size)) {
+        EMU_ERR(api, "the libnrt emulator does not execute NEFF: it loads a StableHLO module "
+                     "(MLIR text or bytecode, the module the Neuron compiler would be given) or "
+                     "its own program container (first line \"NRT-EMU-PROGRAM 1\")");
         status = NRT_UNSUPPORTED_NEFF_VERSION;
-    } else if ((m = calloc(1, sizeof(*m))) == NULL || (text = malloc(size + 1)) == NULL) {
+    } else if ((m = calloc(1, sizeof(*m))) == NULL) {
+        EMU_ERR(api, "out of host memory for a model");
+        status = NRT_RESOURCE;
+    } else if (!container) {
+        m->vnc = vnc < 0 ? 0 : vnc;
+        status = emu_stablehlo_load(api, neff_bytes, size, &m->shlo, &m->tensors, &m->dims,
+                                    &m->ntensors);
+    } else if ((m->tensors = calloc(MODEL_TENSORS, sizeof(*m->tensors))) == NULL ||
+               (text = malloc(size + 1)) == NULL) {
         EMU_ERR(api, "out of host memory for a model");
         status = NRT_RESOURCE;
     } else {
@@ -312,7 +339,7 @@ NRT_EMU_EXPORT NRT_STATUS nrt_load(const void *neff_bytes, size_t size, int32_t 
         pthread_mutex_unlock(&registry_lock);
         *model = m;
     } else {
-        free(m);
+        model_free(m, false);
     }
     emu_leave();
     return status;
@@ -333,7 +360,7 @@ NRT_EMU_EXPORT NRT_STATUS nrt_unload(nrt_model_t *model)
         *p = m->next;
     pthread_mutex_unlock(&registry_lock);
     if (m) {
-        free(m);
+        model_free(m, true);
     } else {
         EMU_ERR(api, "%p is not a loaded model (unloaded twice?)", (void *)model);
         status = NRT_INVALID_HANDLE;
@@ -350,18 +377,33 @@ NRT_EMU_EXPORT_RECENT NRT_STATUS nrt_get_model_tensor_info(nrt_model_t *model,
     if (status != NRT_SUCCESS)
         return status;
     nrt_tensor_info_array_t *a = NULL;
+    size_t ndims = 0;
+    bool live = model_live(model);
+    for (uint32_t i = 0; live && i < model->ntensors; i++)
+        ndims += model->tensors[i].ndim;
+    /* One block: the array, then the shapes it points to (freed with it). */
+    size_t head = live ? sizeof(*a) + model->ntensors * sizeof(nrt_tensor_info_t) : 0;
     if (tensor_info == NULL) {
         EMU_ERR(api, "tensor_info is NULL");
         status = NRT_INVALID;
-    } else if (!model_live(model)) {
+    } else if (!live) {
         EMU_ERR(api, "%p is not a loaded model", (void *)model);
         status = NRT_INVALID_HANDLE;
-    } else if ((a = calloc(1, sizeof(*a) + model->ntensors * sizeof(nrt_tensor_info_t))) == NULL) {
+    } else if ((a = calloc(1, head + (ndims + 1) * sizeof(uint32_t))) == NULL) {
         EMU_ERR(api, "out of host memory for the tensor info");
         status = NRT_RESOURCE;
     } else {
         a->tensor_count = model->ntensors;
         memcpy(a->tensor_array, model->tensors, model->ntensors * sizeof(nrt_tensor_info_t));
+        uint32_t *shapes = (uint32_t *)(void *)((unsigned char *)a + head);
+        for (uint32_t i = 0; i < model->ntensors; i++) {
+            nrt_tensor_info_t *t = &a->tensor_array[i];
+            if (t->shape == NULL)
+                continue; /* the container declares no shapes */
+            memcpy(shapes, t->shape, t->ndim * sizeof(uint32_t));
+            t->shape = shapes;
+            shapes += t->ndim;
+        }
         *tensor_info = a;
     }
     emu_leave();
@@ -407,11 +449,14 @@ NRT_EMU_EXPORT NRT_STATUS nrt_execute(nrt_model_t *model, const nrt_tensor_set_t
     if (status != NRT_SUCCESS)
         return status;
     const tensor_set_t *in = set_live(input_set), *out = set_live(output_set);
-    emu_view_t views[MODEL_TENSORS] = { { 0 } };
+    emu_view_t *views = NULL;
     uint32_t bound = 0;
     if (!model_live(model)) {
         EMU_ERR(api, "%p is not a loaded model", (void *)model);
         status = NRT_INVALID_HANDLE;
+    } else if ((views = calloc(model->ntensors, sizeof(*views))) == NULL) {
+        EMU_ERR(api, "out of host memory");
+        status = NRT_RESOURCE;
     } else if (in == NULL || out == NULL) {
         EMU_ERR(api, "the %s set %p is not a live tensor set", in == NULL ? "input" : "output",
                 in == NULL ? input_set : (const void *)output_set);
@@ -422,6 +467,8 @@ NRT_EMU_EXPORT NRT_STATUS nrt_execute(nrt_model_t *model, const nrt_tensor_set_t
                           model->tensors[bound].usage == NRT_TENSOR_USAGE_INPUT ? in : out,
                           &views[bound]);
     }
+    if (status == NRT_SUCCESS && model->shlo != NULL)
+        status = emu_stablehlo_execute(api, model->shlo, model->tensors, views, model->ntensors);
     for (uint32_t k = 0; status == NRT_SUCCESS && k < model->nops; k++) {
         const model_op_t *op = &model->ops[k];
         size_t n = op->kind == OP_FAIL ? 0 : model->tensors[op->t[0]].size;
@@ -446,6 +493,7 @@ NRT_EMU_EXPORT NRT_STATUS nrt_execute(nrt_model_t *model, const nrt_tensor_set_t
     }
     for (uint32_t k = 0; k < bound; k++)
         emu_view_put(&views[k]);
+    free(views);
     emu_leave();
     return status;
 }

@@ -9,7 +9,8 @@
  *
  * A child created with fork() starts uninitialised: it owns none of its parent's cores or
  * tensors (the parent's lock files are closed in the child, which leaves the parent's locks in
- * place) and may call nrt_init for cores of its own. */
+ * place) and may call nrt_init for cores of its own; it does not share its parent's StableHLO
+ * executor either (it starts its own on next use). */
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -130,6 +131,7 @@ NRT_EMU_EXPORT void nrt_close(void)
     }
     emu_cc_shutdown();
     emu_models_release_all();
+    emu_executor_stop();
     emu_tensors_release_all();
     emu_cores_release(&emu_rt.locks);
     emu_faults_clear_latch();
@@ -256,6 +258,7 @@ static void fork_prepare(void)
 {
     pthread_rwlock_wrlock(&emu_rt.lock); /* waits for calls in flight */
     emu_cc_lock_for_fork();
+    emu_executor_lock_for_fork();
     emu_tensors_lock_for_fork();
     emu_faults_lock_for_fork();
 }
@@ -264,6 +267,7 @@ static void fork_parent(void)
 {
     emu_faults_unlock_after_fork();
     emu_tensors_unlock_after_fork();
+    emu_executor_unlock_after_fork();
     emu_cc_unlock_after_fork();
     pthread_rwlock_unlock(&emu_rt.lock);
 }
@@ -272,6 +276,8 @@ static void fork_child(void)
 {
     emu_faults_unlock_after_fork();
     emu_tensors_unlock_after_fork();
+    emu_executor_unlock_after_fork();
+    emu_executor_reset_after_fork();
     emu_cc_unlock_after_fork();
     emu_cc_reset_after_fork();
     if (emu_rt.phase == EMU_PHASE_READY) {

@@ -35,6 +35,20 @@ typedef struct nrt_emu_dma_stats {
 typedef NRT_STATUS nrt_emu_get_dma_stats_fn(nrt_emu_dma_stats_t *stats, size_t size);
 nrt_emu_get_dma_stats_fn nrt_emu_get_dma_stats;
 
+/* Extension "nrt_emu_executes_stablehlo": nrt_load takes a StableHLO module (MLIR text or
+ * bytecode) in place of a NEFF, and nrt_execute runs it, compiled by XLA's CPU backend in an
+ * executor process ($NEURON_EMU_PYTHON running stablehlo_executor.py, which needs jax and
+ * jaxlib). Whether that works in this process: NRT_SUCCESS when the executor runs (this may start
+ * it, which takes seconds: it imports jax), else NRT_FAILURE. why (if not NULL) gets
+ * min(size, its length + 1) bytes of text, NUL-terminated: on failure the reason (e.g.
+ * "NEURON_EMU_PYTHON=python3 cannot import jaxlib: ..."), on success which executor runs ("...
+ * pid N (python X, jax Y, jaxlib Z)"). Callable at any time, from any thread; the executor it
+ * starts stops at nrt_close or when the library is unloaded. Look the symbol up with dlsym
+ * (NRT_EMU_STABLEHLO_STATUS_SYMBOL): absent means a runtime that does not execute StableHLO. */
+#define NRT_EMU_STABLEHLO_STATUS_SYMBOL "nrt_emu_stablehlo_status"
+typedef NRT_STATUS nrt_emu_stablehlo_status_fn(char *why, size_t size);
+nrt_emu_stablehlo_status_fn nrt_emu_stablehlo_status;
+
 #ifdef __cplusplus
 }
 #endif

@@ -19,6 +19,7 @@ static const char *const runtime_env[] = {
     "NEURON_EMU_INSTANCE",         "NEURON_EMU_HBM_BYTES",       "NEURON_EMU_FAULTS",
     "NEURON_EMU_DMA_GBPS",         "NEURON_EMU_LOCK_DIR",        "NEURON_EMU_INSTANCE_ID",
     "NEURON_RT_ROOT_COMM_ID",      "NEURON_EMU_RUNTIME_VERSION", "NEURON_EMU_CC_TIMEOUT_MS",
+    "NEURON_EMU_PYTHON",           "NEURON_EMU_EXECUTOR",
 };
 
 /* The copy a test left loaded (it returned early); unloaded by the next open. */
@@ -132,6 +133,8 @@ bool nrt_test_open(nrt_api_t *api)
     memcpy(&api->emu_set_fault, &sym, sizeof(sym));
     sym = dlsym(api->handle, "nrt_emu_get_dma_stats");
     memcpy(&api->emu_get_dma_stats, &sym, sizeof(sym));
+    sym = dlsym(api->handle, NRT_EMU_STABLEHLO_STATUS_SYMBOL);
+    memcpy(&api->emu_stablehlo_status, &sym, sizeof(sym));
     return true;
 }
 

@@ -61,6 +61,7 @@ typedef struct nrt_api {
     nrta_error_tracker_get_list_fn *error_tracker_get_list;
     nrt_emu_set_fault_fn *emu_set_fault; /* emulator extensions; NULL on the real runtime */
     nrt_emu_get_dma_stats_fn *emu_get_dma_stats;
+    nrt_emu_stablehlo_status_fn *emu_stablehlo_status;
 } nrt_api_t;
 
 /* Unsets every NEURON_* variable the runtime reads, then points NEURON_EMU_LOCK_DIR at the

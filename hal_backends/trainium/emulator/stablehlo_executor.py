@@ -1,0 +1,280 @@
+"""StableHLO executor of the libnrt emulator: compiles StableHLO modules with XLA's CPU backend
+(through jaxlib) and runs them, on behalf of the emulator's nrt_load / nrt_execute.
+
+The emulator (libnrt.so.1, emu_executor.c) starts this script on first use with posix_spawn, as
+`$NEURON_EMU_PYTHON stablehlo_executor.py`, and talks to it through two file descriptors that
+it passes in:
+
+  fd 3  the channel: one end of a SOCK_STREAM socketpair (control messages)
+  fd 4  the tensor region: a memfd that both sides map (tensor bytes), grown by the emulator
+  fd 0 is /dev/null and fd 1 is the emulator's stderr, like fd 2: nothing here writes to the
+  channel but the protocol, so a stray print cannot corrupt it.
+
+Protocol. Every message, in either direction, is a 32-byte header in host byte order followed by
+`len` bytes of payload:
+
+  u32 magic  0x3158454e ("NEX1")
+  u32 kind
+  u64 id     a model id (0 where none)
+  u64 arg    EXECUTE: bytes of the tensor region the emulator has (this side maps that many)
+  u64 len    bytes of payload that follow
+
+  executor -> emulator, once, at start:
+    READY  (19)  payload: "python X, jax Y, jaxlib Z"
+    ERROR  (17)  payload: why it cannot run (e.g. "cannot import jaxlib: ..."); then it exits
+  emulator -> executor, each answered by OK (16), ERROR (17, payload: message) or
+  BAD_INPUT (18, payload: message):
+    LOAD    (1)  payload: the module, MLIR text or bytecode. OK: id = the new model's id, payload:
+                 its signature, one line per tensor, the parameters of `main` then its results:
+                 "in <element type> <dim>...\n" / "out <element type> <dim>...\n", element
+                 types as MLIR spells them (f32, bf16, i1, ui8, ...). The module is compiled
+                 here, once; the executable is kept under the id.
+    EXECUTE (2)  id, arg = the region's size; payload: one (u64 offset, u64 bytes) pair per
+                 tensor, inputs then outputs, in signature order. The inputs are read from the
+                 region, the module runs, the outputs are written to the region; OK has no
+                 payload. BAD_INPUT when the pairs do not match the signature or XLA rejects the
+                 arguments, ERROR when the execution fails otherwise.
+    UNLOAD  (3)  id: the executable is dropped. OK.
+  End of file on the channel (the emulator closed it, or its process ended): the executor exits.
+
+Requests come one at a time (the emulator serialises them); tensors are dense, row-major, and i1
+(bool) takes one byte per element (0 or 1).
+
+jaxlib API used (checked against jax 0.10.2 / jaxlib 0.10.2, the pinned versions; the private
+parts may change in other versions):
+  jaxlib.mlir.ir.Context, ir.DialectRegistry, ir.Module.parse (text and bytecode),
+    ir.FunctionType, ir.RankedTensorType, ir.TypeAttr, ir.StringAttr
+  jaxlib.mlir._mlir_libs._jax_mlir_ext.register_dialects(registry)  (private: func and the
+    other upstream dialects, as jax's own make_ir_context registers them)
+  jaxlib.mlir.dialects.stablehlo / chlo / sdy .register_dialect(context)
+  jax._src.xla_bridge.get_backend("cpu")  (private) -> client;
+    client.compile_and_load(module_bytes, executable_devices=xla_client.DeviceList(devices),
+                            compile_options=xla_client.CompileOptions())
+    -> LoadedExecutable; LoadedExecutable.execute([jax.Array, ...]) -> [jax.Array, ...]
+  jax.device_put(numpy_array, device), with jax_enable_x64 so that 64-bit types stay 64-bit.
+"""
+
+import mmap
+import os
+import socket
+import struct
+import sys
+
+CHANNEL_FD, REGION_FD = 3, 4
+HEADER = struct.Struct("=IIQQQ")
+MAGIC = 0x3158454E
+LOAD, EXECUTE, UNLOAD = 1, 2, 3
+OK, ERROR, BAD_INPUT, READY = 16, 17, 18, 19
+SLOT = struct.Struct("=QQ")
+
+
+class Channel:
+    """The control channel: whole messages over the socket."""
+
+    def __init__(self, fd):
+        """Wraps the channel's descriptor."""
+        self.sock = socket.socket(fileno=fd)
+
+    def send(self, kind, model_id=0, payload=b""):
+        """Sends one message; a message text goes on one line."""
+        if kind in (ERROR, BAD_INPUT):  # a message: one line, for the emulator's log
+            lines = (line.strip() for line in payload.splitlines())
+            payload = "; ".join(line for line in lines if line)
+        if isinstance(payload, str):
+            payload = payload.encode("utf-8", "replace")
+        self.sock.sendall(HEADER.pack(MAGIC, kind, model_id, 0, len(payload)) + payload)
+
+    def _recv_exact(self, n):
+        """Reads exactly n bytes; EOFError once the emulator closed the channel."""
+        buf = bytearray(n)
+        view, got = memoryview(buf), 0
+        while got < n:
+            k = self.sock.recv_into(view[got:])
+            if k == 0:
+                raise EOFError
+            got += k
+        return bytes(buf)
+
+    def recv(self):
+        """Reads one message: (kind, model id, arg, payload)."""
+        magic, kind, model_id, arg, length = HEADER.unpack(self._recv_exact(HEADER.size))
+        if magic != MAGIC:
+            raise EOFError  # not the emulator speaking: stop
+        return kind, model_id, arg, self._recv_exact(length)
+
+
+class Executor:
+    """Compiled modules by id, and the tensor region."""
+
+    def __init__(self, jax, np, dtypes, ir, context, backend, xla_client):
+        """Keeps what start() imported and made; runs on the backend's first CPU device."""
+        self.jax, self.np, self.dtypes, self.ir = jax, np, dtypes, ir
+        self.context, self.backend, self.xla_client = context, backend, xla_client
+        self.device = backend.local_devices()[0]
+        self.models, self.next_id = {}, 1
+        self.region, self.region_size = None, 0
+
+    def _tensor(self, usage, mlir_type, what):
+        """(signature line, numpy dtype, shape) of a parameter or result of main."""
+        ir = self.ir
+        try:
+            t = ir.RankedTensorType(mlir_type)
+        except ValueError:
+            raise ValueError(f"{what} is {mlir_type}, not a ranked tensor") from None
+        if not t.has_static_shape:
+            raise ValueError(f"{what} is {t}: dynamic shapes are not supported")
+        element = str(t.element_type)
+        if element not in self.dtypes:
+            raise ValueError(f"{what} has element type {element}, which the emulator does not "
+                             f"support ({', '.join(self.dtypes)})")
+        shape = tuple(t.shape)
+        line = " ".join([usage, element] + [str(d) for d in shape])
+        return line, self.dtypes[element], shape
+
+    def load(self, module):
+        """Parses a module, checks @main's types and compiles it. Returns (id, signature)."""
+        ir = self.ir
+        with self.context:
+            parsed = ir.Module.parse(module)
+            main = None
+            for op in parsed.body.operations:
+                attrs = op.operation.attributes
+                if (op.operation.name == "func.func" and "sym_name" in attrs and
+                        ir.StringAttr(attrs["sym_name"]).value == "main"):
+                    main = op.operation
+            if main is None:
+                raise ValueError("the module has no function @main")
+            if ("sym_visibility" in main.attributes and
+                    ir.StringAttr(main.attributes["sym_visibility"]).value != "public"):
+                raise ValueError("@main is not public")
+            ftype = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
+            inputs = [self._tensor("in", t, f"parameter {i} of @main")
+                      for i, t in enumerate(ftype.inputs)]
+            outputs = [self._tensor("out", t, f"result {i} of @main")
+                       for i, t in enumerate(ftype.results)]
+        executable = self.backend.compile_and_load(
+            module,
+            executable_devices=self.xla_client.DeviceList((self.device,)),
+            compile_options=self.xla_client.CompileOptions())
+        model_id, self.next_id = self.next_id, self.next_id + 1
+        self.models[model_id] = (executable, inputs, outputs)
+        return model_id, "".join(line + "\n" for line, _, _ in inputs + outputs)
+
+    def _map(self, size):
+        """Maps the region again once the emulator has grown it."""
+        if size > self.region_size:
+            if self.region is not None:
+                self.region.close()
+            self.region, self.region_size = mmap.mmap(REGION_FD, size), size
+
+    def execute(self, model_id, region_size, payload):
+        """Runs a model on the region's inputs. Returns None, or (kind, message) on failure."""
+        np = self.np
+        if model_id not in self.models:
+            return BAD_INPUT, f"no model {model_id} is loaded here"
+        executable, inputs, outputs = self.models[model_id]
+        slots = [SLOT.unpack_from(payload, k) for k in range(0, len(payload), SLOT.size)]
+        tensors = inputs + outputs
+        if len(payload) % SLOT.size or len(slots) != len(tensors):
+            return BAD_INPUT, f"{len(slots)} tensors given, the model has {len(tensors)}"
+        for (offset, size), (line, dtype, shape) in zip(slots, tensors):
+            want = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+            if size != want or offset + size > region_size:
+                return BAD_INPUT, f"'{line}' takes {want} bytes, {size} given at {offset}"
+        self._map(region_size)
+        args = []
+        for (offset, size), (_, dtype, shape) in zip(slots, inputs):
+            boolean = dtype == np.bool_  # one byte each: any nonzero byte is true
+            view = np.frombuffer(self.region, dtype=np.uint8 if boolean else dtype,
+                                 count=size // dtype.itemsize, offset=offset)
+            array = (view != 0) if boolean else view.copy()
+            del view  # no reference to the region stays behind: it may be mapped again
+            args.append(self.jax.device_put(array.reshape(shape), self.device))
+        try:
+            results = executable.execute(args)
+        except Exception as e:  # XLA rejected the arguments or failed
+            text = f"{type(e).__name__}: {e}"
+            return (BAD_INPUT if "INVALID_ARGUMENT" in text else ERROR), text
+        for (offset, size), result in zip(slots[len(inputs):], results):
+            data = np.ascontiguousarray(np.asarray(result)).tobytes()
+            if len(data) != size:
+                return ERROR, f"a result has {len(data)} bytes where {size} are expected"
+            self.region[offset:offset + size] = data
+        return None
+
+
+def start():
+    """Imports jaxlib and makes the executor, or returns the reason it cannot run."""
+    os.environ["JAX_PLATFORMS"] = "cpu"  # the executor uses XLA's CPU backend only
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # XLA's start-up notes are not errors
+    try:
+        import numpy as np
+        import jaxlib
+        import jax
+        import ml_dtypes
+        from jaxlib import xla_client
+        from jaxlib.mlir import ir
+        from jaxlib.mlir.dialects import chlo, sdy, stablehlo
+        from jaxlib.mlir._mlir_libs import _jax_mlir_ext
+        from jax._src import xla_bridge
+    except ImportError as e:
+        return None, (f"cannot import {e.name or 'a module'}: {e} (the executor needs "
+                      f"jax==0.10.2 and jaxlib==0.10.2)")
+    try:
+        jax.config.update("jax_enable_x64", True)
+        registry = ir.DialectRegistry()
+        _jax_mlir_ext.register_dialects(registry)
+        context = ir.Context()
+        context.append_dialect_registry(registry)
+        context.load_all_available_dialects()
+        for dialect in (stablehlo, chlo, sdy):
+            dialect.register_dialect(context)
+        backend = xla_bridge.get_backend("cpu")
+    except Exception as e:
+        return None, f"jax {jax.__version__} cannot start its CPU backend: {type(e).__name__}: {e}"
+    dtypes = {name: np.dtype(t) for name, t in [
+        ("f32", np.float32), ("f16", np.float16), ("bf16", ml_dtypes.bfloat16),
+        ("f64", np.float64), ("i1", np.bool_), ("i8", np.int8), ("ui8", np.uint8),
+        ("i16", np.int16), ("ui16", np.uint16), ("i32", np.int32), ("ui32", np.uint32),
+        ("i64", np.int64), ("ui64", np.uint64)]}
+    executor = Executor(jax, np, dtypes, ir, context, backend, xla_client)
+    about = (f"python {sys.version.split()[0]}, jax {jax.__version__}, "
+             f"jaxlib {jaxlib.__version__}")
+    return executor, about
+
+
+def main():
+    """Says READY (or why not), then answers requests until the channel closes."""
+    sys.stdout = sys.stderr  # fd 1 is stderr already; the channel is fd 3
+    channel = Channel(CHANNEL_FD)
+    executor, about = start()
+    if executor is None:
+        channel.send(ERROR, payload=about)
+        return 1
+    channel.send(READY, payload=about)
+    while True:
+        try:
+            kind, model_id, arg, payload = channel.recv()
+        except (EOFError, OSError):
+            return 0
+        try:
+            if kind == LOAD:
+                new_id, signature = executor.load(payload)
+                channel.send(OK, new_id, signature)
+            elif kind == EXECUTE:
+                failure = executor.execute(model_id, arg, payload)
+                if failure is None:
+                    channel.send(OK, model_id)
+                else:
+                    channel.send(failure[0], model_id, failure[1])
+            elif kind == UNLOAD:
+                executor.models.pop(model_id, None)
+                channel.send(OK, model_id)
+            else:
+                channel.send(ERROR, model_id, f"unknown request kind {kind}")
+        except Exception as e:  # a module that does not parse or compile, or a bug here
+            channel.send(ERROR, model_id, f"{type(e).__name__}: {e}")
+
+
+if __name__ == "__main__":
+    os._exit(main())  # no interpreter teardown: the emulator waits for this exit
