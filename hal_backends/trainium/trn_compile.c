@@ -36,12 +36,17 @@ static bool executable(const char *path)
     return stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0;
 }
 
-/* Finds name on PATH (or takes it as a path when it has a '/') into out. */
+/* Finds name on PATH (or takes it as a path when it has a '/') into out, made absolute: the
+ * compiler runs in a working directory of its own. */
 static bool find_program(const char *name, char *out, size_t size)
 {
     if (strchr(name, '/')) {
+        char resolved[PATH_MAX];
         snprintf(out, size, "%s", name);
-        return executable(out);
+        if (!executable(out) || !realpath(name, resolved))
+            return false;
+        snprintf(out, size, "%s", resolved);
+        return true;
     }
     const char *path = getenv("PATH");
     if (!path)

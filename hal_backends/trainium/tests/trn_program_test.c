@@ -72,14 +72,18 @@ static int count_wrong(const float *host, float scale)
     return wrong;
 }
 
-CTEST(TrnProgram, DeviceLoadsNeffOnly)
+/* NEFF always; StableHLO with a Neuron compiler or on the emulator (which executes it). */
+CTEST(TrnProgram, DeviceLoadsNeffAndStablehlo)
 {
     fixture_t fx;
     if (fx_open(&fx)) {
         hal_device_properties_t props = HAL_DEVICE_PROPERTIES_INIT;
         EXPECT_OK(hal_device_get_properties(fx.dev, &props));
         CTEST_EXPECT(props.capabilities & HAL_DEVICE_CAP_PROGRAMS);
-        CTEST_EXPECT(props.program_formats == (1u << HAL_PROGRAM_FORMAT_NEFF));
+        uint32_t neff = 1u << HAL_PROGRAM_FORMAT_NEFF, shlo = 1u << HAL_PROGRAM_FORMAT_STABLEHLO;
+        CTEST_EXPECT((props.program_formats & neff) && !(props.program_formats & ~(neff | shlo)));
+        if (tt_on_emulator())
+            CTEST_EXPECT(props.program_formats & shlo);
         hal_program_t p = NULL;
         EXPECT_STATUS(hal_program_create(fx.dev, HAL_PROGRAM_FORMAT_HOST_ELF, "x", 1, &p),
                       HAL_ERROR_UNSUPPORTED);
