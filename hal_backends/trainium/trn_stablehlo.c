@@ -112,39 +112,38 @@ static void scan_piece(void *ctx, uint32_t index, const char *b, const char *e)
     }
 }
 
-/* The module attribute mhlo.input_output_alias (before `main`, in [p, end)): each entry with
- * kind "must_alias" names a parameter_number and an output_index (empty: the only result). */
+/* The module attribute mhlo.input_output_alias (before `main`, in [p, end)): a list of entries
+ * {alias = {kind, parameter_number, ...}, output_index = array<i64[: r]>}; those of kind
+ * "must_alias" say which parameter a result (empty output_index: the only one) is written to. */
 static void module_aliases(const char *p, const char *end, uint32_t nresults, uint32_t nparams,
                            int32_t *aliases)
 {
     const char *list = find(p, end, "mhlo.input_output_alias");
+    list = list ? memchr(list, '[', (size_t)(end - list)) : NULL;
     if (!list)
         return;
-    const char *q = list;
-    for (;;) {
-        const char *entry = find(q, end, "{alias");
-        if (!entry)
-            return;
-        const char *next = find(entry + 1, end, "{alias");
-        const char *stop = next ? next : end;
-        const char *param = find(entry, stop, "parameter_number");
-        const char *out = find(entry, stop, "output_index");
-        const char *eq = param ? memchr(param, '=', (size_t)(stop - param)) : NULL;
-        long pn = eq ? parse_int(eq + 1, stop) : -1;
-        long r = -1;
-        if (out) {
-            const char *arr = find(out, stop, "array<i64");
+    int depth = 0;
+    const char *entry = NULL;
+    for (const char *q = list + 1; q < end; q++) {
+        if (*q == '{' && depth++ == 0) {
+            entry = q;
+        } else if (*q == '}' && depth > 0 && --depth == 0) {
+            const char *stop = q + 1;
+            const char *param = find(entry, stop, "parameter_number");
+            const char *out = find(entry, stop, "output_index");
+            const char *eq = param ? memchr(param, '=', (size_t)(stop - param)) : NULL;
+            long pn = eq ? parse_int(eq + 1, stop) : -1, r = -1;
+            const char *arr = out ? find(out, stop, "array<i64") : NULL;
             if (arr) {
-                const char *a = skip_space(arr + strlen("array<i64"), stop);
-                r = a < stop && *a == '>' ? 0 : a < stop && *a == ':' ? parse_int(a + 1, stop) : -1;
+                const char *v = skip_space(arr + strlen("array<i64"), stop);
+                r = v < stop && *v == '>' ? 0 : v < stop && *v == ':' ? parse_int(v + 1, stop) : -1;
             }
-        }
-        if (find(entry, stop, "must_alias") && pn >= 0 && (uint64_t)pn < nparams && r >= 0 &&
-            (uint64_t)r < nresults)
-            aliases[r] = (int32_t)pn;
-        if (!next)
+            if (find(entry, stop, "must_alias") && pn >= 0 && (uint64_t)pn < nparams && r >= 0 &&
+                (uint64_t)r < nresults)
+                aliases[r] = (int32_t)pn;
+        } else if (*q == ']' && depth == 0) {
             return;
-        q = next;
+        }
     }
 }
 
