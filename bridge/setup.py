@@ -43,6 +43,11 @@ BAZEL_TARGETS = [
     ("//hal_backends/trainium/emulator:libnrt.so.1", "libnrt.so.1"),
 ]
 REQUIRED = {"libhal.so.1"}
+# Source files shipped beside a built library: the libnrt emulator's StableHLO executor, which the
+# emulator finds next to itself and starts in a process of its own.
+COMPANIONS = {"libnrt.so.1": ("stablehlo_executor.py",
+                              os.path.join(REPO, "hal_backends", "trainium", "emulator",
+                                           "stablehlo_executor.py"))}
 # The name the linker looks for (-lhal): a link to the library, as distributions install it.
 LINK_NAME = ("libhal.so", "libhal.so.1")
 
@@ -78,6 +83,15 @@ def _bazel_build():
         if target in targets:
             package, _, file = target[2:].partition(":")
             built[name] = os.path.join(bin_dir, package, file)
+    return _with_companions(built)
+
+
+def _with_companions(built, directory=None):
+    """Adds the files shipped beside the libraries in `built` (from `directory` when given)."""
+    for library, (name, source) in COMPANIONS.items():
+        path = os.path.join(directory, name) if directory else source
+        if library in built and os.path.exists(path):
+            built[name] = path
     return built
 
 
@@ -90,7 +104,7 @@ def _prebuilt(directory):
     missing = REQUIRED - set(built)
     if missing:
         raise RuntimeError(f"TORCH_HAL_PREBUILT_LIBS={directory} lacks {sorted(missing)}")
-    return built
+    return _with_companions(built, directory)
 
 
 def _install_libs(built, destination):
@@ -106,7 +120,7 @@ def _install_libs(built, destination):
             os.remove(target)  # Bazel outputs are read-only, so copies are too
         shutil.copyfile(path, target)
         # The HAL refuses backend libraries in world-writable places; keep them 0755.
-        os.chmod(target, 0o755)
+        os.chmod(target, 0o755 if not name.endswith(".py") else 0o644)
 
 
 def _install_headers(destination):

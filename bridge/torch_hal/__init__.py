@@ -42,6 +42,9 @@ def _load():
         return _loaded
     _attempted = True
     backend = os.environ.get("TORCH_HAL_BACKEND", "cpu") or "cpu"
+    # The libnrt emulator executes StableHLO programs in a Python process of its own: this
+    # interpreter, whose packages (jax) are the ones installed with torch_hal.
+    os.environ.setdefault("NEURON_EMU_PYTHON", sys.executable)
     try:
         import torch
 
@@ -73,6 +76,9 @@ def _load():
         from . import _cpu_choices
 
         _cpu_choices.install(name)  # the optimizers' default implementation: the CPU's
+        from . import graph_compiler
+
+        graph_compiler.install()  # torch.compile on devices that take StableHLO programs
         _loaded = True
         _register_distributed()
     except Exception as exc:  # import torch must survive a missing or broken backend

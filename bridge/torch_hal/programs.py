@@ -13,7 +13,15 @@ against their allocations) and scalars: Python ints and floats take the size the
 signature gives (without a signature, int64 and double), ``bytes`` pass as they are. Which
 formats a device loads is :func:`formats`. The cpu backend loads host shared objects whose
 kernels follow the host calling convention of ``hal/include/hal/hal_program.h``; the trainium
-backend loads NEFF (on the libnrt emulator only its test container).
+backend loads NEFF (on the libnrt emulator only its test container) and StableHLO modules
+(``"stablehlo"``, MLIR text or bytecode: compiled with neuronx-cc where it is installed, executed
+with XLA's CPU compiler by the libnrt emulator). A StableHLO program's kernel is ``main``; it takes
+the module's parameters, then its results, as contiguous tensors of the module's dtypes and
+shapes (checked by the HAL), and a result the module declares must-alias is passed its
+parameter's tensor::
+
+    prog = torch_hal.programs.Program(module_text.encode(), "stablehlo")
+    prog.kernel("main")(x, y, out)                # out = f(x, y), enqueued
 
 Tensors used by a launch must stay alive until the launch ran, as with any stream work: on the
 current stream the caching allocator sees to it; on another stream call
@@ -28,10 +36,10 @@ from ._utils import _get_device_index
 __all__ = ["FORMATS", "Program", "Kernel", "formats"]
 
 # hal_program_format_t values (hal/include/hal/hal_program.h).
-FORMATS = {"host_elf": 1, "ptx": 2, "cubin": 3, "fatbin": 4, "neff": 5}
+FORMATS = {"host_elf": 1, "ptx": 2, "cubin": 3, "fatbin": 4, "neff": 5, "stablehlo": 6}
 
 _SUFFIXES = {".so": "host_elf", ".ptx": "ptx", ".cubin": "cubin", ".fatbin": "fatbin",
-             ".neff": "neff"}
+             ".neff": "neff", ".mlir": "stablehlo", ".mlirbc": "stablehlo"}
 
 
 def formats(device=None):
@@ -122,6 +130,8 @@ class Kernel:
         self.name = name
         self._handle = handle
         self.signature = _C._kernel_signature(handle)
+        # (ninputs, noutputs, [(dtype name, shape)], aliases) for a kernel taking tensors.
+        self.tensor_info = _C._kernel_tensor_info(handle)
 
     def __call__(self, *args, grid=(1,), block=(1,), shared_bytes=0, stream=None):
         """Enqueues a launch with `args` over `grid` blocks on `stream` (default: current)."""

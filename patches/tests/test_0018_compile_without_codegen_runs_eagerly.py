@@ -1,7 +1,8 @@
 """0018: torch.compile on a device without an Inductor code generator runs the graph eagerly.
 
 The device is the torch_hal Trainium backend (its libnrt emulator), which loads no host code:
-torch_hal registers it with Dynamo but gives Inductor no Scheduling for it. It runs in a child
+torch_hal registers it with Dynamo but gives Inductor no Scheduling for it, and with
+TORCH_HAL_COMPILE_STABLEHLO=0 does not lower its graphs to StableHLO either. It runs in a child
 process under the same interpreter, so it uses the same torch copy.
 """
 
@@ -42,7 +43,7 @@ CHILD = textwrap.dedent("""
 def test_compile_on_device_without_codegen_warns_once_and_runs_eagerly():
     # An emulated instance of its own: the unpatched and the patched run go side by side, and
     # NeuronCores belong to one process at a time.
-    env = dict(os.environ, TORCH_HAL_BACKEND="trainium",
+    env = dict(os.environ, TORCH_HAL_BACKEND="trainium", TORCH_HAL_COMPILE_STABLEHLO="0",
                NEURON_EMU_INSTANCE_ID=f"patch-0018-{os.getpid()}")
     r = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True,
                        timeout=600)

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// torch_hal._C: programs and kernels (HAL 1.2) for Python (torch_hal/programs.py). Handles are
-// passed to Python as integers; the Python classes own them. A launch takes tensors (their data
-// pointers, on the launch's device) and scalars, and is enqueued on a stream of the device
-// without waiting for it.
+// torch_hal._C: programs and kernels (HAL 1.2, tensor arguments 1.3) for Python
+// (torch_hal/programs.py). Handles are passed to Python as integers; the Python classes own them.
+// A launch takes tensors (their data pointers, on the launch's device; with their dtype and shape
+// where the kernel takes tensors, as a StableHLO program's `main` does) and scalars, and is
+// enqueued on a stream of the device without waiting for it.
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/utils/pybind.h>
 
@@ -35,6 +36,89 @@ hal_kernel_info_t kernelInfo(hal_kernel_t kernel)
     auto info = halStruct<hal_kernel_info_t>();
     TORCH_HAL_CHECK(hal_kernel_get_info(kernel, &info));
     return info;
+}
+
+// The HAL's element type of a torch dtype, or false for one it has none for.
+bool halDtypeOf(at::ScalarType t, hal_dtype_t *out)
+{
+    switch (t) {
+    case at::kFloat:
+        *out = HAL_DTYPE_F32;
+        return true;
+    case at::kHalf:
+        *out = HAL_DTYPE_F16;
+        return true;
+    case at::kBFloat16:
+        *out = HAL_DTYPE_BF16;
+        return true;
+    case at::kDouble:
+        *out = HAL_DTYPE_F64;
+        return true;
+    case at::kChar:
+        *out = HAL_DTYPE_I8;
+        return true;
+    case at::kByte:
+        *out = HAL_DTYPE_U8;
+        return true;
+    case at::kShort:
+        *out = HAL_DTYPE_I16;
+        return true;
+    case at::kInt:
+        *out = HAL_DTYPE_I32;
+        return true;
+    case at::kLong:
+        *out = HAL_DTYPE_I64;
+        return true;
+    case at::kBool:
+        *out = HAL_DTYPE_BOOL;
+        return true;
+    case at::kFloat8_e4m3fn:
+        *out = HAL_DTYPE_F8_E4M3;
+        return true;
+    case at::kFloat8_e5m2:
+        *out = HAL_DTYPE_F8_E5M2;
+        return true;
+    default:
+        return false;
+    }
+}
+
+const char *dtypeName(hal_dtype_t t)
+{
+    switch (t) {
+    case HAL_DTYPE_F32:
+        return "float32";
+    case HAL_DTYPE_F16:
+        return "float16";
+    case HAL_DTYPE_BF16:
+        return "bfloat16";
+    case HAL_DTYPE_F64:
+        return "float64";
+    case HAL_DTYPE_I8:
+        return "int8";
+    case HAL_DTYPE_U8:
+        return "uint8";
+    case HAL_DTYPE_I16:
+        return "int16";
+    case HAL_DTYPE_U16:
+        return "uint16";
+    case HAL_DTYPE_I32:
+        return "int32";
+    case HAL_DTYPE_U32:
+        return "uint32";
+    case HAL_DTYPE_I64:
+        return "int64";
+    case HAL_DTYPE_U64:
+        return "uint64";
+    case HAL_DTYPE_BOOL:
+        return "bool";
+    case HAL_DTYPE_F8_E4M3:
+        return "float8_e4m3fn";
+    case HAL_DTYPE_F8_E5M2:
+        return "float8_e5m2";
+    default:
+        return "unknown";
+    }
 }
 
 // A scalar of `size` bytes from a Python bool, int or float (the size the kernel's signature
@@ -94,6 +178,7 @@ void launch(uintptr_t kernel_handle, int device_index, int64_t stream_id, py::se
                 " arguments, ", n, " given");
     auto device = static_cast<c10::DeviceIndex>(device_index);
     std::vector<hal_kernel_arg_t> hal_args(n);
+    std::vector<hal_tensor_desc_t> descs(n); // read by hal_kernel_launch during the call
     for (size_t i = 0; i < n; i++) {
         py::handle a = args[i];
         if (THPVariable_Check(a.ptr())) {
@@ -101,6 +186,22 @@ void launch(uintptr_t kernel_handle, int device_index, int64_t stream_id, py::se
             TORCH_CHECK(t.device() == c10::Device(kDeviceType, device), "argument ", i,
                         ": the tensor is on ", t.device(), ", the launch runs on ",
                         c10::Device(kDeviceType, device));
+            if (typed && info.args[i].kind == HAL_KERNEL_ARG_TENSOR) {
+                TORCH_CHECK(t.is_contiguous(), "argument ", i, " of kernel '", info.name,
+                            "': the kernel takes dense tensors; pass a contiguous one");
+                TORCH_CHECK(t.dim() <= HAL_TENSOR_RANK_MAX, "argument ", i, ": rank ", t.dim(),
+                            " (at most ", HAL_TENSOR_RANK_MAX, ")");
+                TORCH_CHECK(halDtypeOf(t.scalar_type(), &descs[i].dtype), "argument ", i,
+                            ": dtype ", t.scalar_type(), " has no HAL element type");
+                descs[i].rank = static_cast<uint32_t>(t.dim());
+                for (int64_t d = 0; d < t.dim(); d++)
+                    descs[i].dims[d] = t.size(d);
+                hal_args[i].kind = HAL_KERNEL_ARG_TENSOR;
+                hal_args[i].size = 0; // the HAL computes the bytes from the descriptor
+                hal_args[i].value.tensor.ptr = t.numel() ? t.data_ptr() : nullptr;
+                hal_args[i].value.tensor.desc = &descs[i];
+                continue;
+            }
             uint32_t bytes = 0; // "inside its allocation" unless the extent is plain
             if (t.is_contiguous() && t.nbytes() <= UINT32_MAX)
                 bytes = static_cast<uint32_t>(t.nbytes());
@@ -156,13 +257,38 @@ void initProgramBindings(py::module &m)
                 return py::none();
             py::list sig;
             for (uint32_t i = 0; i < info.nargs; i++) {
-                bool pointer = info.args[i].kind == HAL_KERNEL_ARG_POINTER;
-                sig.append(py::make_tuple(pointer ? "pointer" : "scalar",
-                                          pointer ? 0u : info.args[i].size));
+                hal_kernel_arg_kind_t kind = info.args[i].kind;
+                sig.append(py::make_tuple(kind == HAL_KERNEL_ARG_POINTER  ? "pointer"
+                                          : kind == HAL_KERNEL_ARG_TENSOR ? "tensor"
+                                                                          : "scalar",
+                                          kind == HAL_KERNEL_ARG_POINTER ? 0u : info.args[i].size));
             }
             return std::move(sig);
         },
-        "The kernel's argument signature, [(\"pointer\", 0) | (\"scalar\", bytes)], or None.");
+        "The kernel's argument signature, [(\"pointer\", 0) | (\"scalar\", bytes) | "
+        "(\"tensor\", bytes)], or None.");
+    m.def(
+        "_kernel_tensor_info",
+        [](uintptr_t kernel) -> py::object {
+            auto info = halStruct<hal_kernel_tensor_info_t>();
+            hal_status_t st = hal_kernel_get_tensor_info(kernelOf(kernel), &info);
+            if (st == HAL_ERROR_UNSUPPORTED)
+                return py::none();
+            TORCH_HAL_CHECK(st);
+            py::list tensors, aliases;
+            for (uint32_t i = 0; i < info.ninputs + info.noutputs; i++) {
+                const hal_tensor_desc_t &t = info.tensors[i];
+                py::list shape;
+                for (uint32_t d = 0; d < t.rank; d++)
+                    shape.append(t.dims[d]);
+                tensors.append(py::make_tuple(dtypeName(t.dtype), py::tuple(shape)));
+            }
+            for (uint32_t r = 0; r < info.noutputs; r++)
+                aliases.append(info.aliases[r]);
+            return py::make_tuple(info.ninputs, info.noutputs, tensors, aliases);
+        },
+        "(ninputs, noutputs, [(dtype name, shape)], [parameter each result aliases or -1]) of a "
+        "kernel that takes tensors, or None.");
     m.def("_kernel_launch", &launch,
           "Enqueues a launch: kernel, device index, stream id (-1: current), grid, block, "
           "shared bytes, arguments.");

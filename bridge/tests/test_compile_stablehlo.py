@@ -1,0 +1,212 @@
+"""torch.compile on a device that takes StableHLO programs (torch_hal.graph_compiler).
+
+On the trainium backend (the libnrt emulator: modules executed with XLA's CPU compiler, as
+neuronx-cc would be given them) graphs are lowered with torch-mlir and run as HAL programs; on
+the cpu backend (Inductor's C++ kernels) these tests are not collected. Each compares against
+the same model run eagerly on the device: forward, backward, optimizer steps, a mutated input,
+dropout, an op torch-mlir cannot lower, a recompilation on a new shape, the backend="neuron"
+spelling, and a second process hitting the NEFF cache.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_hal
+from torch_hal import graph_compiler
+
+TAKES_STABLEHLO = torch_hal.is_loaded() and graph_compiler.supported(0)[0]
+pytestmark = pytest.mark.skipif(
+    torch_hal.is_loaded() and "stablehlo" not in torch_hal.programs.formats(0),
+    reason="the device does not take StableHLO programs (the cpu backend runs Inductor's C++ "
+           "kernels); these run in the trainium run")
+
+
+def _fresh():
+    torch._dynamo.reset()
+
+
+def _lowered_reports(since):
+    return graph_compiler.reports()[since:]
+
+
+def test_the_path_is_available(device):
+    ok, why = graph_compiler.supported(device.index)
+    assert ok, why
+
+
+class Block(torch.nn.Module):
+    """Linear + LayerNorm + GELU, a residual, and a second Linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(16, 32)
+        self.norm = torch.nn.LayerNorm(32)
+        self.fc2 = torch.nn.Linear(32, 16)
+
+    def forward(self, x):
+        return x + self.fc2(F.gelu(self.norm(self.fc1(x))))
+
+
+def _train(model, x, steps, compiled):
+    fn = torch.compile(model) if compiled else model
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = fn(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses, [p.detach().cpu() for p in model.parameters()]
+
+
+def test_training_steps_match_eager(device):
+    _fresh()
+    torch.manual_seed(0)
+    eager = Block().to(device)
+    compiled = Block().to(device)
+    compiled.load_state_dict(eager.state_dict())
+    x = torch.randn(8, 16, device=device)
+    before = len(graph_compiler.reports())
+    want, want_params = _train(eager, x, 3, compiled=False)
+    got, got_params = _train(compiled, x, 3, compiled=True)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    for g, w in zip(got_params, want_params):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+    reports = _lowered_reports(before)
+    kinds = {kind for _, kind, _ in reports}
+    assert {"forward", "backward"} <= kinds, reports
+    for _, kind, report in reports:
+        assert report.lowered_fraction == 1.0, (kind, str(report))
+
+
+def test_a_mutated_input_is_written_in_place(device):
+    _fresh()
+
+    def step(buf, x):
+        buf.mul_(0.5).add_(x)
+        return buf.sum()
+
+    buf = torch.arange(6.0, device=device)
+    ref = buf.clone()
+    x = torch.ones(6, device=device)
+    compiled = torch.compile(step)
+    with torch.no_grad():
+        out = compiled(buf, x)
+        want = step(ref, x)
+    torch.testing.assert_close(buf.cpu(), ref.cpu())
+    torch.testing.assert_close(out.cpu(), want.cpu())
+
+
+def test_dropout_draws_what_eager_draws(device):
+    _fresh()
+
+    def f(x):
+        return F.dropout(x * 2, p=0.5, training=True) + 1
+
+    x = torch.randn(64, device=device)
+    torch.manual_seed(123)
+    want = f(x)
+    before = len(graph_compiler.reports())
+    compiled = torch.compile(f)
+    torch.manual_seed(123)
+    got = compiled(x)
+    torch.testing.assert_close(got.cpu(), want.cpu())
+    report = _lowered_reports(before)[0][2]
+    assert any("dropout" in op or "bernoulli" in op for op in report.eager_ops), str(report)
+
+
+def test_an_op_torch_mlir_cannot_lower_runs_eagerly(device):
+    _fresh()
+
+    def f(x):
+        return torch.fmod(x * 3, 2.5) + x.cumprod(0)
+
+    x = torch.linspace(-2, 2, 16, device=device)
+    before = len(graph_compiler.reports())
+    got = torch.compile(f)(x)
+    torch.testing.assert_close(got.cpu(), f(x).cpu())
+    report = _lowered_reports(before)[0][2]
+    assert report.eager >= 1 and report.lowered >= 1, str(report)
+
+
+def test_a_new_shape_recompiles(device):
+    _fresh()
+    f = torch.compile(lambda a: torch.tanh(a) * 2)
+    before = len(graph_compiler.reports())
+    for n in (4, 9):
+        x = torch.randn(n, device=device)
+        torch.testing.assert_close(f(x).cpu(), (torch.tanh(x) * 2).cpu())
+    assert len(_lowered_reports(before)) == 2
+
+
+def test_backend_named_after_the_device(device_type, device):
+    _fresh()
+    x = torch.randn(5, 5, device=device)
+    before = len(graph_compiler.reports())
+    got = torch.compile(lambda a: a @ a.t() + 1, backend=device_type)(x)
+    torch.testing.assert_close(got.cpu(), (x @ x.t() + 1).cpu(), rtol=1e-5, atol=1e-5)
+    assert len(_lowered_reports(before)) == 1
+
+
+def test_wrong_arguments_to_a_program_are_refused(device):
+    """The HAL checks a StableHLO program's tensors: a shape mismatch names the argument."""
+    text = textwrap.dedent("""
+        module @m {
+          func.func public @main(%arg0: tensor<4xf32>) -> (tensor<4xf32>) {
+            %0 = stablehlo.add %arg0, %arg0 : tensor<4xf32>
+            return %0 : tensor<4xf32>
+          }
+        }
+    """)
+    prog = torch_hal.programs.Program(text.encode(), "stablehlo", device=device.index)
+    k = prog.kernel("main")
+    assert k.signature == [("tensor", 16), ("tensor", 16)]
+    assert k.tensor_info == (1, 1, [("float32", (4,)), ("float32", (4,))], [-1])
+    x = torch.arange(4.0, device=device)
+    out = torch.full((4,), -1.0, device=device)
+    with pytest.raises(RuntimeError, match=r"argument 0 \(parameter 0\).*f32\[5\].*f32\[4\]"):
+        k(torch.zeros(5, device=device), out)
+    k(x, out)
+    torch.testing.assert_close(out.cpu(), torch.arange(4.0) * 2)
+
+
+CACHE_CHILD = textwrap.dedent("""
+    import time, torch, torch_hal
+    from torch_hal import graph_compiler
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh()).to("neuron")
+    x = torch.randn(4, 8, device="neuron")
+    t = time.perf_counter()
+    y = torch.compile(model)(x)
+    y.sum().item()
+    print("SECONDS", time.perf_counter() - t)
+    print("LINES", len(open(__import__("os").environ["NEURONX_CC_STANDIN_LOG"]).readlines()))
+""")
+
+
+@pytest.mark.own_backend_trainium
+def test_a_second_process_hits_the_compile_cache(tmp_path):
+    """With a Neuron compiler (a stand-in that records its command line and writes the module
+    as the NEFF, executed by the emulator), the second process finds every NEFF in the cache."""
+    standin = os.path.join(os.path.dirname(__file__), "..", "..", "hal_backends", "trainium",
+                           "tests", "neuronx_cc_standin.sh")
+    if not os.path.exists(standin):
+        pytest.fail(f"the neuronx-cc stand-in is missing: {standin}")
+    log = tmp_path / "commands.txt"
+    env = dict(os.environ, TORCH_HAL_BACKEND="trainium", NEURON_CC=os.path.abspath(standin),
+               NEURONX_CC_STANDIN_LOG=str(log), NEURON_COMPILE_CACHE_URL=str(tmp_path / "cache"),
+               NEURON_EMU_INSTANCE_ID=f"cache-{os.getpid()}")
+    lines = []
+    for _ in range(2):
+        r = subprocess.run([sys.executable, "-c", CACHE_CHILD], env=env, capture_output=True,
+                           text=True, timeout=600)
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+        lines.append(int(r.stdout.split("LINES")[1].split()[0]))
+    assert lines[0] >= 1 and lines[1] == lines[0], lines
