@@ -7,7 +7,9 @@ generates the same kernels as for plain CPU tensors the results are the same bit
 training step is bitwise the CPU-compiled one with the patch series (0017, 0021), within
 float32 rounding without it (see test_training_step_matches_cpu_compiled).
 On other devices (trainium) the Dynamo interface is registered and says why Inductor has no
-code generator for the device.
+code generator for the device; where the device takes StableHLO programs torch.compile lowers
+to them instead (test_compile_stablehlo.py), and with that turned off
+(TORCH_HAL_COMPILE_STABLEHLO=0) the device is one without a code generator.
 """
 
 import os
@@ -55,6 +57,8 @@ def test_dynamo_interface_is_registered(device_type, device):
     reason = iface.codegen_unavailable_reason()
     if generates(device):
         assert reason is None
+    elif "stablehlo" in programs.formats(device):
+        assert "StableHLO" in reason and device_type in reason
     else:
         assert "NEFF" in reason and device_type in reason
 
@@ -206,11 +210,14 @@ if not GENERATES:
          test_a_failing_kernel_reports_its_error, test_kernels_run_after_the_streams_earlier_work,
          test_an_unknown_launch_mode_is_refused)
 
-    def test_no_code_generator(device_type, device):
+    def test_no_code_generator(device_type, device, monkeypatch):
         """A graph on a device without a code generator: with the patch series (0018) it runs
         eagerly after one warning; torch 2.13.0 without it stops with KeyError, and
-        backend="aot_eager" is the way to compile there."""
+        backend="aot_eager" is the way to compile there. A device that takes StableHLO is one
+        with TORCH_HAL_COMPILE_STABLEHLO=0."""
         import torch._inductor.compile_fx as compile_fx
+
+        monkeypatch.setenv("TORCH_HAL_COMPILE_STABLEHLO", "0")
 
         x = torch.randn(4, 4, device=device)
         expected = x.cpu() * 2 + 1

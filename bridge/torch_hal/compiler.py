@@ -25,9 +25,12 @@ and :func:`register` (called from there, so ``import torch`` does not load Induc
   compute capability, loaded with ``hal_program_create`` and launched with
   ``hal_kernel_launch`` on the current stream with Triton's calling convention (the functions
   from :func:`_triton_scalar_bytes` on; not yet run on a GPU).
-* Other devices (trainium: real NEFF needs the Neuron compiler, which torch_hal does not have):
-  only the Dynamo interface, whose ``codegen_unavailable_reason()`` says why there is no code
-  generator; torch 2.13.0's Inductor stops with ``KeyError: '<device>'`` on their graphs.
+* Devices that take StableHLO programs (trainium: neuronx-cc on hardware, XLA's CPU compiler on
+  the libnrt emulator): the Dynamo interface, and torch.compile's graphs lowered to StableHLO
+  by :mod:`torch_hal.graph_compiler` instead of Inductor.
+* Other devices: only the Dynamo interface, whose ``codegen_unavailable_reason()`` says why
+  there is no code generator; torch 2.13.0's Inductor stops with ``KeyError: '<device>'`` on
+  their graphs.
 
 torch 2.13.0's Inductor takes any device that is not "cpu" for a GPU in places; the settings
 this needs are in :func:`_configure_inductor` (bridge/README.md, "torch.compile").
@@ -395,6 +398,11 @@ def _make_codegen(device_type):
 
 def _reason(device_type):
     formats = programs.formats()
+    if "stablehlo" in formats:
+        return (f"Inductor generates no kernels for the {device_type} device: torch.compile "
+                "lowers its graphs to StableHLO programs instead (torch_hal.graph_compiler; "
+                "TORCH_HAL_COMPILE_STABLEHLO=0 turns that off), which its backend compiles to "
+                "NEFF with neuronx-cc or executes on the libnrt emulator")
     if "neff" in formats:
         return (f"the {device_type} device runs NEFF programs and torch_hal has no NEFF "
                 "compiler (neuronx-cc) to turn Inductor's graphs into them")
