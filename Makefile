@@ -36,6 +36,12 @@ PY_PLOT_PACKAGES := matplotlib
 # What compiles the conformance suite's Triton kernel for GPUs ahead of time (tools/triton_aot.py,
 # //conformance:triton_aot_test, make gpu-bundle); no GPU is needed.
 PY_COMPILE_PACKAGES := triton
+# What torch.compile on devices that take StableHLO (neuron) lowers graphs with (torch-mlir, the
+# build for torch 2.13), and what the libnrt emulator executes the modules with in place of the
+# Neuron compiler (XLA's CPU compiler from jaxlib; stablehlo_executor.py uses a private jaxlib
+# API, hence the pin). Optional at run time: without them torch.compile on neuron warns and
+# behaves as before.
+PY_STABLEHLO_PACKAGES := torch-mlir==20261001 jax==0.10.2 jaxlib==0.10.2
 C_SOURCES = $(shell git ls-files --cached --others --exclude-standard '*.c' '*.h' '*.cc' '*.cpp')
 # C/C++ targets exercised by the sanitizer runs: every C unit test and the conformance suite on
 # the cpu, trainium and template backends, on each backend's device 0 (SANITIZER_TEST_FLAGS: the
@@ -85,6 +91,8 @@ deps-python: deps
 	  $(PYTHON) -m pip install -q $(PY_PLOT_PACKAGES)
 	@$(PYTHON) -c 'import triton' 2>/dev/null || \
 	  $(PYTHON) -m pip install -q $(PY_COMPILE_PACKAGES)
+	@$(PYTHON) -c 'import torch_mlir, jax, jaxlib, sys; sys.exit(jax.__version__ != "0.10.2")' \
+	  2>/dev/null || $(PYTHON) -m pip install -q $(PY_STABLEHLO_PACKAGES)
 
 # The PyTorch bridge, built against the installed torch (no build isolation: no other torch).
 # Skipped when what it is built from (bridge/, the HAL, the backends) has not changed since the

@@ -15,6 +15,9 @@
 #                more with HAL_NEURON_NATIVE_COLLECTIVES=0 (host-staged)
 #   bench        hal_bench --backend=trainium (parts mem and coll)
 #   demo         examples/demo.sh: DDP training on 2 NeuronCores against the CPU
+#   compile      with the Neuron compiler (NEURON_CC, or neuronx-cc on PATH): the conformance
+#                suite's StableHLO bodies compiled to NEFF and run on a NeuronCore, then
+#                torch.compile on neuron through neuronx-cc (bridge/tests/test_compile_stablehlo.py)
 #
 # --dry-run         describe the machine and print the plan; run nothing on a NeuronCore
 # --quick           hal_bench --quick, conformance without the collectives' process jobs, demo
@@ -74,7 +77,7 @@ log() { echo "[run.sh +$(elapsed)s] $*" | tee -a "$OUTDIR/run.log"; }
 skipped() { case "$SKIP" in *",$1,"*) return 0 ;; esac; return 1; }
 
 declare -A RESULT SECONDS_TAKEN
-STEPS=(env build probe unit conformance bench demo)
+STEPS=(env build probe unit conformance bench demo compile)
 for s in "${STEPS[@]}"; do RESULT[$s]="not run"; SECONDS_TAKEN[$s]=0; done
 
 # Runs step $1 (the shell function step_$1) with a timeout of $2 seconds, its output into
@@ -230,9 +233,33 @@ step_demo() {
     fi
 }
 
+# StableHLO through the real compiler: the NEFF cache is the run's own, so every module is
+# compiled here. Without a compiler the step fails, saying so: it is what this run is for.
+step_compile() {
+    cd "$REPO"
+    local cc="${NEURON_CC:-neuronx-cc}"
+    if ! command -v "$cc" >/dev/null 2>&1; then
+        echo "no Neuron compiler: $cc is not on PATH (install neuronx-cc from AWS's Neuron pip" \
+            "repository, or set NEURON_CC)"
+        return 1
+    fi
+    local rc=0
+    export NEURON_COMPILE_CACHE_URL="$OUTDIR/neff-cache"
+    "$cc" --version 2>&1 | head -1
+    echo "== conformance, StableHLO bodies (compiled by $cc)"
+    NEURON_RT_NUM_CORES=1 HAL_BACKEND_PATH="$REPO/bazel-bin/hal_backends/trainium" \
+        ./bazel-bin/conformance/hal_conformance --backend=trainium \
+        --gtest_filter='*stablehlo*' --gtest_output="json:$OUTDIR/conformance_stablehlo.json" ||
+        rc=1
+    echo "== torch.compile on neuron (compiled by $cc)"
+    (cd /tmp && TORCH_HAL_BACKEND=trainium python3 -m pytest -q -p no:cacheprovider \
+        "$REPO/bridge/tests/test_compile_stablehlo.py" -k 'not second_process') || rc=1
+    return $rc
+}
+
 export REPO OUTDIR QUICK CORES LIBNRT
 export -f runtime_version step_env step_build step_probe step_unit step_conformance step_bench \
-    step_demo
+    step_demo step_compile
 
 # ---- the run ---------------------------------------------------------------------------------
 
@@ -278,6 +305,7 @@ if [ -z "$NO_RUNTIME" ]; then
         run_step conformance 5400
         run_step bench 2400
         run_step demo 2400
+        run_step compile 3600
     fi
 fi
 
