@@ -208,6 +208,9 @@ def _takes(example_inputs):
         return False
     if os.environ.get("TORCH_HAL_COMPILE_STABLEHLO", "1") == "0":
         return False
+    formats = programs.formats(_device_index(example_inputs))
+    if "stablehlo" not in formats or "host_elf" in formats:
+        return False  # Inductor's to compile (C++ kernels) or to refuse, as without this module
     ok, why = supported(_device_index(example_inputs))
     if not ok:
         _warn_once(("unsupported", why),
