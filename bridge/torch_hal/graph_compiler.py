@@ -50,6 +50,8 @@ _lock = threading.Lock()
 _reports = []  # (function name, graph kind, PartitionReport)
 _executors = {}  # device index -> DeviceExecutor
 _warned = set()
+# Tensors one HAL launch passes (HAL_KERNEL_ARGS_MAX): larger regions run as several programs.
+_MAX_TENSORS = 64
 
 
 def _device_type():
@@ -142,8 +144,7 @@ def _decompositions():
 
     decomps = dict(core_aten_decompositions())
     for op in list(decomps):
-        name = op.name() if hasattr(op, "name") else str(op)
-        if any(r in name for r in ("dropout", "bernoulli", "rand", "normal", "uniform")):
+        if torch.Tag.nondeterministic_seeded in getattr(op, "tags", ()):
             del decomps[op]
     return decomps
 
@@ -162,8 +163,8 @@ def _graph_compiler(name, kind, device_index):
     from . import stablehlo
 
     def compile_one(gm, example_inputs):
-        split, report = stablehlo.partition(gm, example_inputs,
-                                            executor=_executor(device_index))
+        split, report = stablehlo.partition(gm, example_inputs, executor=_executor(device_index),
+                                            max_tensors=_MAX_TENSORS)
         with _lock:
             _reports.append((name, kind, report))
         log.info("torch.compile %s (%s graph) on %s:%d: %s", name, kind, _device_type(),
@@ -181,6 +182,11 @@ def compile_graph(gm, example_inputs):
 
     # Shapes are static, as on Neuron: each new shape recompiles under Dynamo's guards.
     dynamo_config.automatic_dynamic_shapes = False
+    # Random ops recomputed under activation checkpointing save and replay the device's RNG
+    # state (patch 0022; on a torch without it, the same at run time).
+    from . import _rng_hops
+
+    _rng_hops.install(_device_type())
     device_index = _device_index(example_inputs)
     name = getattr(gm, "_torch_hal_name", None) or gm.__class__.__name__
     with _lock:

@@ -557,6 +557,12 @@ class _Lowerable:
         vals = val if isinstance(val, (tuple, list)) else (val,)
         if not all(isinstance(v, torch.Tensor) or v is None for v in vals):
             return False
+        # A tensor without elements has no bytes to bind (a Neuron tensor has at least one):
+        # nodes that take or make one run eagerly, where they cost nothing.
+        touched = list(vals) + [_val(a) for a in node.all_input_nodes]
+        if any(isinstance(v, torch.Tensor) and v.numel() == 0 for v in touched):
+            self.reasons[_op_name(node.target)] = "a tensor without elements (runs eagerly)"
+            return False
         key = (node.target, tuple(_tensor_key(_val(a)) for a in node.all_input_nodes),
                _tensor_key(val))
         if key not in self._cache:
@@ -603,22 +609,65 @@ class LoweredSubmodule(torch.nn.Module):
     """A region of a partitioned graph: its FX graph and the :class:`LoweredGraph` of it.
 
     Calling it runs ``executor(lowered, inputs)`` (which returns the graph outputs and updates
-    mutated inputs in place), or the FX graph eagerly while ``executor`` is None.
+    mutated inputs in place), or the FX graph eagerly while ``executor`` is None. A region whose
+    module would have more than ``max_tensors`` parameters and results (what one HAL launch
+    passes) runs as consecutive pieces instead, each lowered on its own (``chunks``).
     """
 
-    def __init__(self, graph_module, lowered, executor=None):
+    def __init__(self, graph_module, lowered, executor=None, max_tensors=None):
         super().__init__()
         self.graph_module = graph_module
         self.lowered = lowered
+        self.chunks = None
+        n = len(lowered.input_specs) + len(lowered.result_specs)
+        if max_tensors is not None and n > max_tensors:
+            self.chunks = _split_in_pieces(graph_module, max_tensors)
+        self._executor = None
         self.executor = executor
         out = graph_module.graph.output_node().args[0]
         self._single = not isinstance(out, (tuple, list))
 
+    @property
+    def executor(self):
+        return self._executor
+
+    @executor.setter
+    def executor(self, executor):
+        self._executor = executor
+        if self.chunks is not None:
+            for child in self.chunks.children():
+                child.executor = executor
+
     def forward(self, *args):
         if self.executor is None:
             return self.graph_module(*args)
+        if self.chunks is not None:
+            return self.chunks(*args)
         outs = self.executor(self.lowered, list(args))
         return outs[0] if self._single else tuple(outs)
+
+
+def _split_in_pieces(gm, max_tensors):
+    """``gm`` cut in two by node order (each half again while its module is too large), every
+    piece a :class:`LoweredSubmodule`. Raises LoweringError if a single node is too large."""
+    from torch.fx.passes.split_module import split_module
+
+    nodes = _op_nodes(gm.graph)
+    if len(nodes) < 2:
+        raise LoweringError(f"one node ({nodes[0].name if nodes else '?'}) has more than "
+                            f"{max_tensors} tensors: more than one launch passes")
+    half = {n.name: (0 if i < len(nodes) // 2 else 1) for i, n in enumerate(nodes)}
+    last = [0]
+
+    def piece(node):  # getitems and views follow the node before them
+        last[0] = half.get(node.name, last[0])
+        return last[0]
+
+    split = split_module(gm, gm, piece, keep_original_order=True)
+    for name, child in list(split.named_children()):
+        setattr(split, name, LoweredSubmodule(child, lower(child, name=name),
+                                              max_tensors=max_tensors))
+    return split
 
 
 def _op_nodes(graph):
@@ -626,13 +675,14 @@ def _op_nodes(graph):
             if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)]
 
 
-def partition(gm, example_inputs=None, *, executor=None, prefix="lowered_"):
+def partition(gm, example_inputs=None, *, executor=None, prefix="lowered_", max_tensors=None):
     """Splits ``gm`` into StableHLO-lowered regions and eager nodes.
 
     Returns ``(split_gm, report)``: ``split_gm`` is a new GraphModule (``gm`` is left as it is)
     whose lowered regions are :class:`LoweredSubmodule` children named ``<prefix><i>`` (each
     runs with ``executor``, or eagerly while it is None: set their ``executor`` later to
-    choose), every other node running eagerly as in ``gm``; ``report`` is a
+    choose; a region whose module would pass more than ``max_tensors`` tensors runs as pieces
+    that each pass fewer), every other node running eagerly as in ``gm``; ``report`` is a
     :class:`PartitionReport`.
     """
     from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
@@ -664,7 +714,7 @@ def partition(gm, example_inputs=None, *, executor=None, prefix="lowered_"):
             except LoweringError as exc:
                 failed.append((sub, exc))
                 continue
-            setattr(split, node.target, LoweredSubmodule(sub, lowered, executor))
+            setattr(split, node.target, LoweredSubmodule(sub, lowered, executor, max_tensors))
         if not failed:
             break
         # A region that does not lower though each op did alone: find the nodes that do not
