@@ -12,7 +12,10 @@
 #   DEMO_DEVICE   the device run's device (default neuron; "hal" runs the cpu backend instead)
 #   DEMO_RTOL     accepted relative loss difference (default 1e-6)
 #   DEMO_COMPILE  1 (default): also train with torch.compile, 1 process, on the cpu backend's
-#                 "hal" device and on the CPU, and compare those losses; 0 leaves it out
+#                 "hal" device and on the CPU, and compare those losses; then on the emulated
+#                 "neuron" device (graphs lowered to StableHLO programs, executed by the
+#                 emulator with XLA's CPU compiler) against CPU compiled and CPU eager, with the
+#                 share of graph nodes that ran as device programs; 0 leaves it out
 #   DEMO_COMPILE_RTOL  accepted relative difference of the compiled runs (default 1e-3: the
 #                 compiled graphs of a device that is not "cpu" differ from the CPU's in a few
 #                 places, see bridge/README.md "torch.compile": not bit-exact)
@@ -66,7 +69,7 @@ fi
 start=$SECONDS
 echo
 parts=3
-[ "$compile" = 1 ] && parts=6
+[ "$compile" = 1 ] && parts=9
 echo "== 1/$parts: $device, 2 ranks (DDP, torchrun), $steps steps"
 TORCH_HAL_BACKEND="$backend" torchrun --standalone --nproc-per-node 2 \
     "$here/train_tiny_lm.py" --device "$device" "${common[@]}" --loss-log "$out/$device.json"
@@ -83,6 +86,7 @@ rc=0
     --plot "$out/loss_curves.png" || rc=$?
 
 crc=0
+ncrc=0
 if [ "$compile" = 1 ]; then
     echo
     echo "== 4/$parts: hal (cpu backend), torch.compile, 1 process, $steps steps"
@@ -96,6 +100,18 @@ if [ "$compile" = 1 ]; then
     echo "== 6/$parts: comparison (cpu compiled vs hal compiled)"
     "$python" "$here/compare_losses.py" "$out/cpu_compiled.json" "$out/hal_compiled.json" \
         --rtol "$compile_rtol" --plot "$out/loss_curves_compiled.png" || crc=$?
+    echo
+    echo "== 7/$parts: neuron (trainium backend), torch.compile (StableHLO), 1 process, $steps steps"
+    TORCH_HAL_BACKEND=trainium "$python" "$here/train_tiny_lm.py" --device neuron --compile \
+        "${common[@]}" --loss-log "$out/neuron_compiled.json"
+    echo
+    echo "== 8/$parts: cpu, eager, 1 process, $steps steps"
+    env -u TORCH_HAL_BACKEND "$python" "$here/train_tiny_lm.py" --device cpu \
+        "${common[@]}" --loss-log "$out/cpu_eager_1.json"
+    echo
+    echo "== 9/$parts: comparison (neuron compiled vs cpu compiled and cpu eager)"
+    "$python" "$here/compare_compiled.py" "$out/cpu_eager_1.json" "$out/cpu_compiled.json" \
+        "$out/neuron_compiled.json" || ncrc=$?
 fi
 echo
 echo "demo: $((SECONDS - start)) s; logs and plots in $out/"
@@ -109,5 +125,11 @@ if [ "$crc" -eq 1 ]; then
 elif [ "$crc" -ne 0 ]; then
     echo "demo: FAILED: compare_losses.py could not compare the compiled runs" >&2
 fi
+if [ "$ncrc" -eq 1 ]; then
+    echo "demo: FAILED: the compiled neuron losses deviate from cpu eager by more than twice cpu Inductor's own deviation" >&2
+elif [ "$ncrc" -ne 0 ]; then
+    echo "demo: FAILED: compare_compiled.py could not compare the compiled neuron run" >&2
+fi
 [ "$rc" -ne 0 ] && exit "$rc"
-exit "$crc"
+[ "$crc" -ne 0 ] && exit "$crc"
+exit "$ncrc"

@@ -67,6 +67,7 @@ import json
 import math
 import os
 import random
+import sys
 import time
 from dataclasses import asdict, dataclass
 
@@ -362,6 +363,18 @@ def batches(loader, sampler, epoch, skip):
         epoch, skip = epoch + 1, 0
 
 
+def device_program_share():
+    """Of the aten nodes of the graphs torch.compile lowered to StableHLO programs (a device
+    that takes them, such as neuron), how many ran as device programs; None elsewhere."""
+    graph_compiler = sys.modules.get("torch_hal.graph_compiler")
+    reports = graph_compiler.reports() if graph_compiler else []
+    if not reports:
+        return None
+    return {"lowered": sum(r.lowered for _, _, r in reports),
+            "total": sum(r.total for _, _, r in reports),
+            "graphs": [f"{kind}: {r}" for _, kind, r in reports]}
+
+
 def write_log(path, log):
     if path:
         tmp = path + ".tmp"
@@ -426,6 +439,7 @@ def train(args):
 
     if rank == 0:
         log["memory"] = memory_summary(device)
+        log["device_programs"] = device_program_share()
         write_log(args.loss_log, log)
     if world_size > 1:
         dist.destroy_process_group()
