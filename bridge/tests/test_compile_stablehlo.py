@@ -295,3 +295,26 @@ def test_models_lower_and_train_as_eager(device, name):
     lowered, total = sum(r.lowered for r in reports), sum(r.total for r in reports)
     assert {k for _, k, _ in _lowered_reports(before)} == {"forward", "backward"}
     assert lowered / total >= 0.95, [str(r) for r in reports]
+
+
+def test_a_missing_package_warns_once_and_goes_to_inductor(device_type, device, monkeypatch):
+    """Without torch-mlir (or jax) the device is one without a code generator, as before: one
+    warning names the package, then Inductor has the graph (with the patch series, 0018, it runs
+    eagerly; torch 2.13.0 without it stops with KeyError)."""
+    import torch._inductor.compile_fx as compile_fx
+
+    from torch_hal import stablehlo
+
+    _fresh()
+    graph_compiler._warned.clear()
+    why = "torch-mlir is not installed (pip install torch-mlir==20261001)"
+    monkeypatch.setattr(stablehlo, "is_available", lambda: (False, why))
+    x = torch.randn(4, device=device)
+    with pytest.warns(RuntimeWarning, match=r"torch-mlir is not installed"):
+        if hasattr(compile_fx, "_devices_without_codegen"):  # patch 0018
+            out = torch.compile(lambda a: a * 2 + 1)(x)
+            torch.testing.assert_close(out.cpu(), x.cpu() * 2 + 1)
+        else:
+            with pytest.raises(Exception, match=f"KeyError: '{device_type}'"):
+                torch.compile(lambda a: a * 2 + 1)(x)
+    _fresh()
