@@ -175,7 +175,10 @@ static hal_status_t compiler_version(trn_backend_t *b, char *out, size_t size)
     hal_status_t st = HAL_OK;
     pthread_mutex_lock(&c->lock);
     if (!c->have_version) {
-        char log[] = "/tmp/torch-hal-neuronx-cc-version.XXXXXX";
+        const char *tmp = getenv("TMPDIR");
+        char log[PATH_MAX];
+        snprintf(log, sizeof(log), "%s/torch-hal-neuronx-cc-version.XXXXXX",
+                 tmp && tmp[0] && strlen(tmp) < PATH_MAX - 64 ? tmp : "/tmp");
         int fd = mkstemp(log);
         int status = 0, err = fd < 0 ? errno : 0;
         if (fd >= 0) {
