@@ -210,4 +210,10 @@ void hal_event_destroy_internal(struct hal_event_s *event);
 /* Destroys a program and its kernels (the caller removed it from its device's list). */
 void hal_program_destroy_internal(struct hal_program_s *program);
 
+/* ---- dtypes (dtype.c) ---- */
+
+/* Bytes of one element of dtype (program-only types included), 0 for an unknown one.
+ * Thread safety: safe. */
+size_t hal_dtype_bytes(hal_dtype_t dtype);
+
 #endif /* HAL_SRC_CORE_H */

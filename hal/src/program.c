@@ -124,39 +124,10 @@ hal_status_t hal_program_destroy(hal_program_t program)
     return HAL_OK;
 }
 
-/* Bytes of one element of a tensor dtype, 0 for an unknown one. (The core's own table:
- * hal_dtype_get_size belongs to the collectives' library.) */
-static size_t element_size(hal_dtype_t dtype)
-{
-    switch (dtype) {
-    case HAL_DTYPE_I8:
-    case HAL_DTYPE_U8:
-    case HAL_DTYPE_F8_E4M3:
-    case HAL_DTYPE_F8_E5M2:
-    case HAL_DTYPE_BOOL:
-        return 1;
-    case HAL_DTYPE_F16:
-    case HAL_DTYPE_BF16:
-    case HAL_DTYPE_I16:
-    case HAL_DTYPE_U16:
-        return 2;
-    case HAL_DTYPE_I32:
-    case HAL_DTYPE_U32:
-    case HAL_DTYPE_F32:
-        return 4;
-    case HAL_DTYPE_I64:
-    case HAL_DTYPE_U64:
-    case HAL_DTYPE_F64:
-        return 8;
-    default:
-        return 0;
-    }
-}
-
 /* Bytes of a dense tensor, or false when the descriptor is malformed or its size overflows. */
 static bool tensor_bytes(const hal_tensor_desc_t *t, size_t *bytes)
 {
-    size_t n = element_size(t->dtype);
+    size_t n = hal_dtype_bytes(t->dtype);
     if (t->rank > HAL_TENSOR_RANK_MAX || n == 0)
         return false;
     for (uint32_t d = 0; d < t->rank; d++) {

@@ -342,7 +342,7 @@ hal_status_t trn_reduce_scatter(void *comm, void *stream, const hal_backend_ptr_
                                 const hal_backend_ptr_t *recv, size_t recvcount, hal_dtype_t dtype,
                                 hal_redop_t op);
 
-/* Size of an element (0 for an unknown type). */
+/* Size of an element (0 for an unknown type); the program-only types (bool, i16, u16) too. */
 size_t trn_dtype_size(hal_dtype_t dtype);
 /* dst = srcs[0] op srcs[1] op ... op srcs[nsrc - 1] for `count` elements, in that order, as the
  * HAL defines the operations (integers wrap; f16 and bf16 are widened, combined and rounded to

@@ -48,34 +48,6 @@ static void program_release(trn_program_t *p)
     free(p);
 }
 
-/* Bytes of one element of a HAL dtype the runtime has (0 for others). The backend does not link
- * the HAL's own hal_dtype_get_size. */
-static size_t element_bytes(hal_dtype_t dtype)
-{
-    switch (dtype) {
-    case HAL_DTYPE_I8:
-    case HAL_DTYPE_U8:
-    case HAL_DTYPE_F8_E4M3:
-    case HAL_DTYPE_F8_E5M2:
-        return 1;
-    case HAL_DTYPE_F16:
-    case HAL_DTYPE_BF16:
-    case HAL_DTYPE_I16:
-    case HAL_DTYPE_U16:
-        return 2;
-    case HAL_DTYPE_F32:
-    case HAL_DTYPE_I32:
-    case HAL_DTYPE_U32:
-        return 4;
-    case HAL_DTYPE_I64:
-    case HAL_DTYPE_U64:
-    case HAL_DTYPE_F64:
-        return 8;
-    default:
-        return 0;
-    }
-}
-
 /* The HAL dtype of a runtime dtype (HAL_DTYPE_COUNT for none). */
 static hal_dtype_t hal_dtype_of(nrt_dtype_t dtype, size_t elem_bytes)
 {
@@ -150,7 +122,7 @@ static hal_status_t describe_stablehlo(trn_program_t *p, const nrt_tensor_info_a
         for (uint32_t d = 0; d < x->ndim && x->shape; d++)
             elems *= x->shape[d];
         hal_dtype_t dtype = hal_dtype_of(x->dtype, elems ? x->size / elems : 0);
-        size_t elem_bytes = element_bytes(dtype);
+        size_t elem_bytes = trn_dtype_size(dtype);
         if (pos < 0 || slot >= n || seen[slot] || x->ndim > HAL_TENSOR_RANK_MAX ||
             (x->ndim && !x->shape) || elem_bytes == 0 || elems * elem_bytes != x->size) {
             trn_set_error(b,

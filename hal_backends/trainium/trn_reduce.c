@@ -17,9 +17,12 @@ size_t trn_dtype_size(hal_dtype_t dtype)
     case HAL_DTYPE_U8:
     case HAL_DTYPE_F8_E4M3:
     case HAL_DTYPE_F8_E5M2:
+    case HAL_DTYPE_BOOL: /* program tensors only */
         return 1;
     case HAL_DTYPE_F16:
     case HAL_DTYPE_BF16:
+    case HAL_DTYPE_I16: /* program tensors only */
+    case HAL_DTYPE_U16:
         return 2;
     case HAL_DTYPE_I32:
     case HAL_DTYPE_U32:

@@ -11,22 +11,13 @@
 
 _Static_assert(sizeof(struct hal_comm_s) <= HAL_HANDLE_MAX_SIZE, "handle size");
 
-static const size_t dtype_sizes[HAL_DTYPE_COUNT] = {
-    [HAL_DTYPE_I8] = 1,  [HAL_DTYPE_U8] = 1,   [HAL_DTYPE_I32] = 4,     [HAL_DTYPE_U32] = 4,
-    [HAL_DTYPE_I64] = 8, [HAL_DTYPE_U64] = 8,  [HAL_DTYPE_F16] = 2,     [HAL_DTYPE_F32] = 4,
-    [HAL_DTYPE_F64] = 8, [HAL_DTYPE_BF16] = 2, [HAL_DTYPE_F8_E4M3] = 1, [HAL_DTYPE_F8_E5M2] = 1,
-};
-
 hal_status_t hal_dtype_get_size(hal_dtype_t dtype, size_t *size)
 {
-    if (size && (dtype == HAL_DTYPE_BOOL || dtype == HAL_DTYPE_I16 || dtype == HAL_DTYPE_U16)) {
-        *size = dtype == HAL_DTYPE_BOOL ? 1 : 2;
-        return HAL_OK;
-    }
-    if (!size || (unsigned)dtype >= HAL_DTYPE_COUNT)
+    size_t bytes = hal_dtype_bytes(dtype);
+    if (!size || bytes == 0)
         return hal_error(HAL_ERROR_INVALID_ARGUMENT, NULL, "hal_dtype_get_size",
                          size ? "unknown dtype %d" : "size is NULL", (int)dtype);
-    *size = dtype_sizes[dtype];
+    *size = bytes;
     return HAL_OK;
 }
 
