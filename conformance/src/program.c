@@ -390,6 +390,12 @@ int cts_program_get_kernel(cts_ctx_t *ctx)
     CTS_CHECK_OK(hal_program_get_kernel(p, "cts_unsigned", &unsigned_kernel));
     CTS_CHECK_OK(hal_kernel_get_info(unsigned_kernel, &info));
     CTS_CHECK(info.nargs == UINT32_MAX);
+    /* Pointer and scalar arguments are not tensors: nothing to describe, nothing written. */
+    hal_kernel_tensor_info_t tensors = HAL_KERNEL_TENSOR_INFO_INIT;
+    tensors.ninputs = 77;
+    CTS_CHECK_STATUS(hal_kernel_get_tensor_info(add, &tensors), HAL_ERROR_UNSUPPORTED);
+    CTS_CHECK(tensors.ninputs == 77);
+    CTS_CHECK(strstr(hal_last_error_message(), "cts_add") != NULL);
     CTS_CHECK_OK(hal_program_destroy(p));
     return CTS_PASS;
 }

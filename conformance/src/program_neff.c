@@ -130,6 +130,9 @@ int cts_program_neff_launch_ordering(cts_ctx_t *ctx)
     CTS_CHECK_OK(hal_kernel_get_info(k, &info));
     CTS_CHECK(strcmp(info.name, "main") == 0);
     CTS_CHECK(info.nargs == 3);
+    /* A NEFF's arguments are pointers, not tensors (StableHLO programs take tensors). */
+    hal_kernel_tensor_info_t tensors = HAL_KERNEL_TENSOR_INFO_INIT;
+    CTS_CHECK_STATUS(hal_kernel_get_tensor_info(k, &tensors), HAL_ERROR_UNSUPPORTED);
     for (int i = 0; i < 3; i++)
         CTS_CHECK(info.args[i].kind == HAL_KERNEL_ARG_POINTER);
     float *buf[3];
