@@ -20,7 +20,6 @@ import torch.nn.functional as F
 import torch_hal
 from torch_hal import graph_compiler
 
-TAKES_STABLEHLO = torch_hal.is_loaded() and graph_compiler.supported(0)[0]
 pytestmark = pytest.mark.skipif(
     torch_hal.is_loaded() and "stablehlo" not in torch_hal.programs.formats(0),
     reason="the device does not take StableHLO programs (the cpu backend runs Inductor's C++ "

@@ -58,13 +58,17 @@ def _device_type():
     return _C._device_type_name()
 
 
+def _takes_stablehlo(device_index):
+    """Whether the device is one this module compiles for (by the formats it lists)."""
+    formats = programs.formats(device_index)
+    return "stablehlo" in formats and "host_elf" not in formats
+
+
 def supported(device_index=None):
     """``(True, "")`` when graphs on the device are compiled here, else ``(False, why)``."""
-    formats = programs.formats(device_index)
-    if "stablehlo" not in formats or "host_elf" in formats:
-        return False, (f"the {_device_type()} device does not take StableHLO programs"
-                       if "stablehlo" not in formats else
-                       f"the {_device_type()} device runs Inductor's C++ kernels")
+    if not _takes_stablehlo(device_index):
+        return False, (f"the {_device_type()} device does not take StableHLO programs, or runs "
+                       "Inductor's C++ kernels")
     from . import stablehlo
 
     return stablehlo.is_available()
@@ -214,10 +218,12 @@ def _takes(example_inputs):
         return False
     if os.environ.get("TORCH_HAL_COMPILE_STABLEHLO", "1") == "0":
         return False
-    formats = programs.formats(_device_index(example_inputs))
-    if "stablehlo" not in formats or "host_elf" in formats:
+    device_index = _device_index(example_inputs)
+    if not _takes_stablehlo(device_index):
         return False  # Inductor's to compile (C++ kernels) or to refuse, as without this module
-    ok, why = supported(_device_index(example_inputs))
+    from . import stablehlo
+
+    ok, why = stablehlo.is_available()
     if not ok:
         _warn_once(("unsupported", why),
                    f"torch_hal: torch.compile on {device_type} does not lower graphs to "
