@@ -368,3 +368,31 @@ def test_gpt_block_lowered_fraction():
     print(f"GPT block forward+backward: {lowered}/{total} aten nodes lowered "
           f"({100 * fraction:.1f}%)")
     assert fraction >= GPT_BLOCK_LOWERED_FLOOR
+
+
+def test_a_region_over_the_launch_limit_runs_in_pieces():
+    """A region whose module would pass more tensors than one launch takes (HAL_KERNEL_ARGS_MAX
+    on a device; 6 here) runs as pieces, each within the limit, with the same result."""
+    def f(*xs):
+        acc = xs[0].sin()
+        outs = []
+        for x in xs[1:]:
+            acc = acc * 0.5 + x.cos()
+            outs.append(acc.tanh())
+        return tuple(outs)
+
+    torch.manual_seed(0)
+    xs = [torch.randn(5) for _ in range(6)]
+    graphs = _capture(f, *xs)
+    split, report = shlo.partition(graphs[0]["gm"], graphs[0]["example"],
+                                   executor=shlo.run_with_jax, max_tensors=6)
+    assert report.lowered == report.total and len(report.submodules) == 1
+    region = getattr(split, report.submodules[0])
+    assert len(region.lowered.input_specs) + len(region.lowered.result_specs) > 6
+    pieces = list(region.chunks.children())
+    assert len(pieces) >= 2
+    for piece in pieces:
+        lowered = piece.lowered
+        assert len(lowered.input_specs) + len(lowered.result_specs) <= 6 or piece.chunks
+    outs = split(*_clone(xs))
+    assert _max_diff(list(outs), list(f(*xs))) <= 1e-5
