@@ -56,6 +56,11 @@ def pytest_configure(config):
         "markers", "own_backend_trainium: as own_backend, with processes on the Trainium backend; "
         "`make test-bridge` runs it once, in the trainium run (the cpu run passes "
         "-m 'not own_backend_trainium'), which is the shorter of the two")
+    config.addinivalue_line(
+        "markers", "backend_neutral: checks code of the bridge that is the same whatever the "
+        "backend (its kernels' outputs against their fake kernels); `make test-bridge` runs it "
+        "once, in the trainium run (the cpu run passes -m 'not backend_neutral'), where every "
+        "output also crosses from host to device memory")
 
 
 def pytest_unconfigure(config):

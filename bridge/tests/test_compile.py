@@ -120,6 +120,42 @@ def test_training_step_matches_cpu_compiled(device):
             torch.testing.assert_close(grad, cpu_grads[name], rtol=1e-5, atol=1e-5)
 
 
+def attention_block(x, qkv_weight, out_weight, heads, contiguous_heads):
+    """A transformer's attention: one fused projection, heads split as [B, S, H, D] and
+    transposed (made contiguous [B, H, S, D] with contiguous_heads), causal SDPA, the heads
+    merged and projected."""
+    batch, seq, width = x.shape
+    q, k, v = (x @ qkv_weight).view(batch, seq, 3, heads, width // heads).unbind(2)
+    q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+    if contiguous_heads:
+        q, k, v = (t.contiguous() for t in (q, k, v))
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return out.transpose(1, 2).reshape(batch, seq, width) @ out_weight
+
+
+@pytest.mark.skipif(not GENERATES, reason="the device generates no code (test_no_code_generator)")
+@pytest.mark.parametrize("dtype,layout", [(torch.bfloat16, "bshd"), (torch.float32, "contiguous")],
+                         ids=["bfloat16-bshd", "float32-contiguous"])
+def test_attention_compiles_and_matches_cpu_compiled(device, dtype, layout):
+    """SDPA in a compiled graph: the bridge's fused attention kernels return what their fake
+    kernels declare (a compiled step used to stop in assert_size_stride), forward and backward
+    as the CPU's compiled run gives them."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 8, 32, dtype=dtype)
+    weights = [torch.randn(32, 96, dtype=dtype) * 0.1, torch.randn(32, 32, dtype=dtype) * 0.1]
+
+    def run(dev):
+        torch._dynamo.reset()
+        inputs = [t.to(dev).requires_grad_() for t in [x] + weights]
+        fn = torch.compile(lambda x, w, o: attention_block(x, w, o, 4, layout == "contiguous"))
+        out = fn(*inputs)
+        out.float().square().sum().backward()
+        return [out.detach().cpu()] + [t.grad.cpu() for t in inputs]
+
+    for got, want in zip(run(device), run(torch.device("cpu"))):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
 # A kernel as Inductor writes them (extern "C" void kernel(...)): out[i] = in[i] * 2 + 1.
 SCALE_KERNEL = r"""
 #include <cstdint>

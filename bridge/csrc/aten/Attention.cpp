@@ -8,15 +8,20 @@
 // "overrideable": PyTorch then calls _scaled_dot_product_fused_attention_overrideable (and its
 // backward), the operators a PrivateUse1 backend implements to bring its own fused kernel.
 // Here they run the CPU flash kernels on the device's tensors, through the fallback like every
-// other operator, so attention on the device is bit for bit what it is on the CPU.
+// other operator, so attention on the device is bit for bit what it is on the CPU. Their outputs
+// take the sizes, strides and dtypes the operators' meta kernels declare (torch.compile checks
+// them; tests/test_fake_crossref.py compares them).
 #include <ATen/ATen.h>
+#include <ATen/ExpandUtils.h>
 #include <ATen/SDPBackend.h>
 #include <ATen/native/transformers/attention.h>
 #include <ATen/ops/_fused_sdp_choice_cpu_dispatch.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "runtime/Register.h"
 #include "runtime/Runtime.h"
@@ -25,6 +30,15 @@ namespace torch_hal
 {
 namespace
 {
+
+// The strides at::empty_like (memory format preserved) gives a tensor like `t`: its own where it
+// is dense and non-overlapping, else dense ones in its dimension order.
+std::vector<int64_t> stridesOfEmptyLike(const at::Tensor &t)
+{
+    if (t.is_non_overlapping_and_dense())
+        return t.strides().vec();
+    return at::infer_dense_strides(t.sizes(), t.strides());
+}
 
 int64_t fusedSdpChoice(const at::Tensor &query, const at::Tensor &key, const at::Tensor &value,
                        const std::optional<at::Tensor> &attn_mask, double dropout_p, bool is_causal,
@@ -39,6 +53,39 @@ int64_t fusedSdpChoice(const at::Tensor &query, const at::Tensor &key, const at:
     return cpu_choice;
 }
 
+// The strides the operator's meta kernel promises for the output (alloc_with_matching_layout
+// in torch/_meta_registrations.py): the query's own when the shapes agree (empty_like), else
+// the query's dimension order (a stable sort by stride, largest first) packed densely.
+std::vector<int64_t> stridesMatchingQuery(const at::Tensor &query, at::IntArrayRef shape)
+{
+    if (query.sizes() == shape)
+        return stridesOfEmptyLike(query);
+    std::vector<int64_t> order(query.dim());
+    for (int64_t d = 0; d < query.dim(); ++d)
+        order[d] = d;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t a, int64_t b) { return query.stride(a) > query.stride(b); });
+    std::vector<int64_t> strides(query.dim());
+    int64_t stride = 1;
+    for (auto it = order.rbegin(); it != order.rend(); ++it) {
+        strides[*it] = stride;
+        stride *= shape[*it];
+    }
+    return strides;
+}
+
+// `result` itself where it already has the given strides, else a copy with them. The CPU kernels
+// choose their own layouts; compiled code checks the ones the meta kernels promise.
+at::Tensor withStrides(const at::Tensor &result, at::IntArrayRef strides)
+{
+    if (result.strides() == strides)
+        return result;
+    return at::empty_strided(result.sizes(), strides, result.options()).copy_(result);
+}
+
+// Returns what the meta kernel declares: the output in the query's layout, the logsumexp as a
+// contiguous float [B, H, S_q], no sequence offsets or debug mask (undefined), the sequence
+// lengths and a 0-dim RNG seed and offset (unused: the CPU kernel has no dropout state).
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, c10::SymInt, c10::SymInt, at::Tensor,
            at::Tensor, at::Tensor>
 fusedAttention(const at::Tensor &query, const at::Tensor &key, const at::Tensor &value,
@@ -50,11 +97,18 @@ fusedAttention(const at::Tensor &query, const at::Tensor &key, const at::Tensor 
                 "supported");
     auto [output, logsumexp] = at::_scaled_dot_product_flash_attention_for_cpu(
         query, key, value, dropout_p, is_causal, attn_bias, scale);
-    // The CPU kernel needs no sequence offsets, RNG state or debug mask: empty tensors.
-    at::Tensor none = at::empty({ 0 }, query.options());
-    at::Tensor no_rng = at::empty({ 0 }, query.options().dtype(at::kLong));
-    return { output,           logsumexp, none,   none, query.sym_size(-2),
-             key.sym_size(-2), no_rng,    no_rng, none };
+    std::vector<int64_t> out_shape = query.sizes().vec();
+    out_shape.back() = value.size(-1);
+    output = withStrides(output, stridesMatchingQuery(query, out_shape));
+    // Float, as declared (the CPU kernel's is double for double inputs: the backward then
+    // recomputes it, see fusedAttentionBackward).
+    logsumexp = logsumexp.to(at::kFloat).contiguous();
+    // Two tensors: outputs that alias each other where the fake kernel's do not would be
+    // another mismatch.
+    at::Tensor no_seed = at::empty({}, query.options().dtype(at::kLong));
+    at::Tensor no_offset = at::empty({}, query.options().dtype(at::kLong));
+    return { output,           logsumexp, at::Tensor(), at::Tensor(), query.sym_size(-2),
+             key.sym_size(-2), no_seed,   no_offset,    at::Tensor() };
 }
 
 // The gradient of the additive mask, which the CPU flash kernel does not compute. PyTorch's own
@@ -105,11 +159,29 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> fusedAttentionBackwar
     std::optional<at::Tensor> mask;
     if (attn_bias.defined())
         mask = attn_bias;
+    // The CPU kernel takes the logsumexp in its accumulation type. For double inputs that is
+    // double, and the forward returned it rounded to the declared float: the exact one comes
+    // from the forward again (deterministic without dropout, which the CPU kernel refuses), so
+    // double gradients stay bit for bit the CPU's at the cost of a forward.
+    at::Tensor lse = logsumexp;
+    if (query.scalar_type() == at::kDouble)
+        lse = std::get<1>(at::_scaled_dot_product_flash_attention_for_cpu(
+            query, key, value, dropout_p, is_causal, mask, scale));
     auto [grad_q, grad_k, grad_v] = at::_scaled_dot_product_flash_attention_for_cpu_backward(
-        grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, mask, scale);
+        grad_out, query, key, value, out, lse, dropout_p, is_causal, mask, scale);
+    // The meta kernel declares each gradient empty_like its input.
+    grad_q = withStrides(grad_q, stridesOfEmptyLike(query));
+    grad_k = withStrides(grad_k, stridesOfEmptyLike(key));
+    grad_v = withStrides(grad_v, stridesOfEmptyLike(value));
+    // The meta kernel declares a mask gradient whenever there is a mask; autograd ignores it
+    // where it did not ask for it, so that one is left unwritten, as empty_like leaves it.
     at::Tensor grad_mask;
     if (want_mask_grad)
-        grad_mask = maskGradient(grad_out, query, key, value, attn_bias, out, is_causal, scale);
+        grad_mask =
+            withStrides(maskGradient(grad_out, query, key, value, attn_bias, out, is_causal, scale),
+                        stridesOfEmptyLike(attn_bias));
+    else if (attn_bias.defined())
+        grad_mask = at::empty_like(attn_bias);
     return { grad_q, grad_k, grad_v, grad_mask };
 }
 
