@@ -355,6 +355,41 @@ def test_autocast_dtypes(device_type, devmod):
         assert (a @ a).dtype == torch.float16
 
 
+@pytest.mark.parametrize("autocast_dtype", [torch.bfloat16, torch.float16],
+                         ids=["bfloat16", "float16"])
+def test_autocast_promote_widens_mixed_precision(device_type, autocast_dtype):
+    """The "promote" operators (dot, addcmul, scatter_add, index_put, ...) run in the widest type
+    among the autocast type and their inputs: a lower-precision input other than the autocast
+    type widens to float32 (PyTorch's own policy raised "Unexpected floating ScalarType");
+    double inputs run as they are; bool/integer ones are not touched."""
+    other = torch.float16 if autocast_dtype == torch.bfloat16 else torch.bfloat16
+
+    def t(*shape, dtype):
+        return torch.randn(*shape, device=device_type).to(dtype)
+
+    with torch.autocast(device_type, dtype=autocast_dtype):
+        assert torch.dot(t(4, dtype=other), t(4, dtype=other)).dtype == torch.float32
+        assert torch.dot(t(4, dtype=autocast_dtype), t(4, dtype=autocast_dtype)).dtype == \
+            autocast_dtype
+        assert torch.dot(t(4, dtype=autocast_dtype), t(4, dtype=torch.float32)).dtype == \
+            torch.float32
+        assert torch.addcmul(t(3, dtype=autocast_dtype), t(3, dtype=other),
+                             t(3, dtype=autocast_dtype)).dtype == torch.float32
+        index = torch.tensor([0, 2], device=device_type)
+        out = t(3, 2, dtype=autocast_dtype).scatter_add(0, index.view(2, 1).expand(2, 2),
+                                                       t(2, 2, dtype=other))
+        assert out.dtype == torch.float32
+        out = t(3, dtype=other).index_put((index,), t(2, dtype=autocast_dtype))
+        assert out.dtype == torch.float32
+        doubles = torch.dot(t(4, dtype=torch.float64), t(4, dtype=torch.float64))
+        assert doubles.dtype == torch.float64
+    # The values are the operator's on the widened inputs.
+    x, y = t(5, dtype=other), t(5, dtype=other)
+    with torch.autocast(device_type, dtype=autocast_dtype):
+        got = torch.dot(x, y)
+    assert torch.equal(got.cpu(), torch.dot(x.float(), y.float()).cpu())
+
+
 def test_grad_scaler(device_type):
     # torch.amp.GradScaler() without a device still means "cuda" in torch 2.13: pass it.
     model = torch.nn.Linear(4, 4).to(device_type)
