@@ -63,6 +63,27 @@ def test_dynamo_interface_is_registered(device_type, device):
         assert "NEFF" in reason and device_type in reason
 
 
+@pytest.mark.parametrize("dynamo_first", [False, True], ids=["torch_first", "dynamo_first"])
+def test_dynamo_finds_the_device_before_any_compilation(device_type, dynamo_first):
+    """Dynamo's device lookup works in a fresh process before anything was compiled, whether
+    torch._dynamo is imported after torch_hal loaded or while torch loads it (it raised
+    "No interface for device" until Inductor's first compilation for the device)."""
+    imports = "import torch._dynamo, torch" if dynamo_first else "import torch"
+    code = (f"{imports}\n"
+            "from torch._dynamo.device_interface import get_interface_for_device\n"
+            f"iface = get_interface_for_device({device_type!r})\n"
+            f"assert iface is get_interface_for_device(torch.device({device_type!r}, 0))\n"
+            "assert iface.device_count() == torch.accelerator.device_count()\n"
+            "import torch._inductor\n"
+            "print(iface.__name__)\n")
+    # An emulated machine of its own: this process holds the emulator's NeuronCores.
+    env = dict(os.environ, NEURON_EMU_INSTANCE_ID=f"dynamo-lookup-{os.getpid()}")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=300, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().endswith("Interface")
+
+
 def test_compiled_kernels_match_cpu_compiled_bits(device):
     torch.manual_seed(0)
     x, y = torch.randn(64, 33), torch.randn(64, 33)

@@ -79,6 +79,10 @@ def _load():
         from . import graph_compiler
 
         graph_compiler.install()  # torch.compile on devices that take StableHLO programs
+        from . import _after_import, compiler
+
+        _after_import.after_import("torch._dynamo.device_interface",
+                                   compiler.register_dynamo_interface)
         _loaded = True
         _register_distributed()
     except Exception as exc:  # import torch must survive a missing or broken backend

@@ -413,6 +413,22 @@ def _reason(device_type):
 _registered = None  # {"classes": the Inductor classes, or None: the device generates none}
 
 
+def register_dynamo_interface(_module=None):
+    """Registers the device's Dynamo DeviceInterface alone: the one :func:`register` registers,
+    without Inductor. torch_hal calls it as soon as ``torch._dynamo.device_interface`` is
+    imported (``_after_import``), so Dynamo finds the device before its first compilation for
+    it (``get_interface_for_device`` raised "No interface for device" until then). Idempotent."""
+    from torch._dynamo.device_interface import register_interface_for_device
+
+    device_type = _C._device_type_name()
+    generates = "host_elf" in programs.formats()
+    if not generates and _triton_format() is not None:
+        interface = _make_triton_interface(device_type)
+    else:
+        interface = _make_interface(device_type, None if generates else _reason(device_type))
+    register_interface_for_device(device_type, interface)
+
+
 def register():
     """Registers the device with Dynamo and, where it loads host shared objects or (not
     host-addressable) cubin, with Inductor: C++ or Triton kernels.
