@@ -88,6 +88,64 @@ def test_failed_backend_keeps_import_torch_working(tmp_path):
     assert "no_such_backend" in proc.stdout and "HAL_ERROR_NOT_FOUND" in proc.stdout
 
 
+SHARING_SCRIPT = """
+import queue, sys
+import torch
+import torch.multiprocessing as mp
+
+
+def consumer(inbox, outbox):
+    for _ in range(2):
+        try:
+            outbox.put(("ok", inbox.get(timeout=60).sum().item()))
+        except RuntimeError as exc:
+            outbox.put(("error", str(exc)))
+
+
+def takes_an_argument(tensor):
+    pass
+
+
+if __name__ == "__main__":
+    ctx = mp.get_context(sys.argv[2])
+    inbox, outbox = ctx.Queue(), ctx.Queue()
+    child = ctx.Process(target=consumer, args=(inbox, outbox))
+    child.start()
+    inbox.put(torch.ones(4, device=sys.argv[1]))   # the device's: an error in the receiver
+    inbox.put(torch.ones(4))                       # the CPU's: shared as before
+    for _ in range(2):
+        print(*outbox.get(timeout=120))
+    child.join(60)
+    print("exitcode", child.exitcode)
+    # A device tensor as a spawned child's argument: the child fails at once with the error.
+    child = ctx.Process(target=takes_an_argument, args=(torch.ones(2, device=sys.argv[1]),))
+    child.start()
+    child.join(120)
+    print("argument child exitcode", child.exitcode)
+"""
+
+
+@pytest.mark.parametrize("method", ["spawn", "fork"])
+def test_multiprocessing_refuses_device_tensors_at_once(device_type, tmp_path, method):
+    """A device tensor sent through torch.multiprocessing raises a clear error in the receiver
+    (its pickling used to fail in the sender's feeder thread and leave the receiver waiting
+    forever); CPU tensors still go through shared memory."""
+    script = tmp_path / "sharing.py"
+    script.write_text(SHARING_SCRIPT)
+    # An emulated machine of its own for the script: this process holds the emulator's cores.
+    env = dict(os.environ, NEURON_EMU_INSTANCE_ID=f"sharing-{os.getpid()}-{method}")
+    proc = subprocess.run([sys.executable, str(script), device_type, method], env=env,
+                          capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("error torch_hal: a Tensor on the " + device_type), lines
+    assert "cannot be sent to another process" in lines[0] and "tensor.cpu()" in lines[0]
+    assert lines[1] == "ok 4.0" and lines[2] == "exitcode 0", lines
+    if method == "spawn":  # (a forked child inherits its arguments: nothing is pickled)
+        assert lines[3] == "argument child exitcode 1", lines
+    assert "cannot be sent to another process" in proc.stderr
+
+
 # ---- Streams and events -----------------------------------------------------------------------
 
 def test_side_stream_and_wait_stream(device_type, devmod):

@@ -83,6 +83,10 @@ def _load():
 
         _after_import.after_import("torch._dynamo.device_interface",
                                    compiler.register_dynamo_interface)
+        from . import _sharing
+
+        _after_import.after_import("torch.multiprocessing",
+                                   lambda _: _sharing.install(name, backend))
         _loaded = True
         _register_distributed()
     except Exception as exc:  # import torch must survive a missing or broken backend
