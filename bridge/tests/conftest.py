@@ -57,10 +57,14 @@ def pytest_configure(config):
         "`make test-bridge` runs it once, in the trainium run (the cpu run passes "
         "-m 'not own_backend_trainium'), which is the shorter of the two")
     config.addinivalue_line(
-        "markers", "backend_neutral: checks code of the bridge that is the same whatever the "
-        "backend (its kernels' outputs against their fake kernels); `make test-bridge` runs it "
-        "once, in the trainium run (the cpu run passes -m 'not backend_neutral'), where every "
-        "output also crosses from host to device memory")
+        "markers", "backend_neutral: the same test whatever the run's backend (the bridge's "
+        "kernels against their fake kernels, or processes on backends of the test's choosing); "
+        "`make test-bridge` runs it once, in the trainium run (the cpu run passes "
+        "-m 'not backend_neutral'), to balance the two runs")
+    config.addinivalue_line(
+        "markers", "zoo: the model zoo's longer runs (FSDP2 with torch.compile on two ranks); "
+        "`make test-bridge` leaves them out (-m 'not zoo'), `make test-zoo` runs them with the "
+        "whole compiled zoo")
 
 
 def pytest_unconfigure(config):

@@ -387,7 +387,54 @@ def local_rank_device():
     close()
 
 
-SCENARIOS = {f.__name__: f for f in (collectives, ddp, dead_peer, stuck_peer, local_rank_device)}
+def fsdp2_compile():
+    """FSDP2 (fully_shard on each part and on the model) with torch.compile, on the device over
+    torch_hal and on the CPU over gloo, in the same processes: the model zoo's Llama-style block
+    (SDPA, RMSNorm, SiLU MLP), three SGD steps, each rank its own data; the losses and the full
+    parameters after the steps agree within float32 rounding (torch 2.13's Inductor lowers a
+    few operations otherwise for a device that is not "cpu" without the patch series)."""
+    from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    from zoo_models import VOCAB, LlamaStyleBlock
+
+    device = setup(device_id=True)
+    # The CPU's reference over gloo (the default group has no CPU backend; see ddp()).
+    gloo = dist.new_group(backend=f"cpu:gloo,{DEV}:torch_hal")
+    meshes = {"cpu": DeviceMesh.from_group(gloo, "cpu"), DEV: init_device_mesh(DEV, (WORLD,))}
+    torch.manual_seed(0)
+    reference = LlamaStyleBlock()
+    results = {}
+    for kind, dev in (("cpu", torch.device("cpu")), (DEV, device)):
+        torch._dynamo.reset()
+        model = copy.deepcopy(reference).to(dev)
+        for part in (model.q, model.kv, model.o, model.gate, model.up, model.down):
+            fully_shard(part, mesh=meshes[kind])
+        fully_shard(model, mesh=meshes[kind])
+        step = torch.compile(lambda tokens: F.cross_entropy(
+            model(tokens).flatten(0, 1), tokens.flatten()))
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        gen = torch.Generator().manual_seed(100 + RANK)
+        losses = []
+        for _ in range(3):
+            tokens = torch.randint(0, VOCAB, (2, 12), generator=gen).to(dev)
+            loss = step(tokens)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            losses.append(loss.detach().cpu())
+        params = {n: p.full_tensor().detach().cpu() for n, p in model.named_parameters()}
+        results[kind] = (torch.stack(losses), params)
+    (cpu_losses, cpu_params), (dev_losses, dev_params) = results["cpu"], results[DEV]
+    torch.testing.assert_close(dev_losses, cpu_losses, rtol=1e-5, atol=1e-6)
+    for name, value in cpu_params.items():
+        torch.testing.assert_close(dev_params[name], value, rtol=1e-5, atol=1e-5, msg=name)
+    ok("fsdp2_compile_matches_cpu")
+    close()
+
+
+SCENARIOS = {f.__name__: f for f in (collectives, ddp, dead_peer, stuck_peer, local_rank_device,
+                                     fsdp2_compile)}
 
 if __name__ == "__main__":
     SCENARIOS[sys.argv[1]]()

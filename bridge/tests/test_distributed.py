@@ -180,6 +180,14 @@ def test_ddp_step_matches_cpu(tmp_path):
 
 
 @pytest.mark.own_backend
+@pytest.mark.zoo
+def test_fsdp2_with_compile_matches_cpu(tmp_path):
+    """The model zoo's Llama-style block under FSDP2 and torch.compile on two ranks
+    (test_model_zoo.py trains the zoo on one device)."""
+    check_ok(launch("fsdp2_compile", tmp_path, timeout=900), ["fsdp2_compile_matches_cpu"])
+
+
+@pytest.mark.own_backend
 def test_device_of_local_rank(tmp_path):
     check_ok(launch("local_rank_device", tmp_path), ["local_rank_device"])
 
@@ -199,7 +207,7 @@ def test_stuck_peer_times_out(tmp_path):
 
 # ---- The example: losses on the device equal the CPU's ---------------------------------------------
 
-@pytest.mark.own_backend
+@pytest.mark.backend_neutral
 @pytest.mark.skipif(not os.path.exists(TRAIN), reason="examples/ is not next to bridge/")
 def test_example_loss_alignment_and_resume(tmp_path):
     def run(device, log, *extra):
