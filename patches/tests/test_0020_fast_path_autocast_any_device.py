@@ -1,7 +1,8 @@
 """0020: MultiheadAttention and TransformerEncoderLayer leave their fused fast path under the
 autocast of the inputs' device, not only under CUDA's: inference under
 ``torch.autocast("<device>", torch.bfloat16)`` computes what the slow path (and CUDA) computes:
-attention returns bfloat16, not float32.
+attention returns bfloat16, not float32. TorchScript still scripts the modules (it knows only
+the no-argument form of is_autocast_enabled).
 """
 
 import pytest
@@ -45,3 +46,25 @@ def test_without_autocast_the_fast_path_is_kept(dev):
     with torch.no_grad(), torch.autograd.profiler.profile() as prof:
         module(x, x, x, need_weights=False)
     assert "aten::_native_multi_head_attention" in {e.name for e in prof.function_events}
+
+
+@pytest.mark.parametrize("name", ["mha", "encoder"])
+def test_modules_still_script(dev, name):
+    """TorchScript knows only the no-argument is_autocast_enabled(): the patched modules must
+    script as the unpatched ones do, and compute what they compute eagerly."""
+    torch.manual_seed(0)
+    if name == "mha":
+        module = torch.nn.MultiheadAttention(16, 4, batch_first=True).eval()
+    else:
+        layer = torch.nn.TransformerEncoderLayer(16, 4, dim_feedforward=32, dropout=0.0,
+                                                 batch_first=True)
+        module = torch.nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
+        module = module.eval()
+    scripted = torch.jit.script(module)
+    x = torch.randn(2, 5, 16)
+    with torch.no_grad():
+        if name == "mha":
+            want, got = module(x, x, x)[0], scripted(x, x, x)[0]
+        else:
+            want, got = module(x), scripted(x)
+    torch.testing.assert_close(got, want)
