@@ -18,6 +18,10 @@ GradScaler, clipping, AdamW):
           and out) give the volume, and a copy-bandwidth calibration with device timing events
           (torch.neuron.Event) gives the time those bytes alone would take.
 
+The per-operator cost on its own: torch.add of two 8-element tensors on hal and on plain CPU in
+the same process (the best of several runs); the difference is what the bridge adds to every
+operator (target <= 0.40 us; --op-cost-target).
+
 torch.compile: the cpu backend's step once more with the model compiled (torch.compile(model),
 no backend argument: Inductor's C++ kernels launched through the HAL program API on the device,
 and Inductor on plain CPU tensors), so four variants are compared in one run: plain CPU eager,
@@ -86,6 +90,28 @@ def _calibrate_copies(device):
             "h2d_s_per_byte": per_byte["h2d"], "d2h_s_per_byte": per_byte["d2h"]}
 
 
+def _tiny_op_us(torch, device, calls=20000, repeats=7):
+    """The per-operator cost on its own: torch.add of two 8-element float tensors, in us per
+    call, on the CPU and on the device (the best of `repeats` runs of `calls` calls each, the
+    two alternating). What the device adds is the bridge's path for an operator: dispatch, the
+    fallback, stream ordering and the output's wrapping."""
+    best = {}
+    tensors = {d: (torch.ones(8, device=d), torch.ones(8, device=d))
+               for d in ("cpu", device)}
+    for d, (a, b) in tensors.items():  # warm up
+        for _ in range(2000):
+            torch.add(a, b)
+    for _ in range(repeats):
+        for d, (a, b) in tensors.items():
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                torch.add(a, b)
+            us = (time.perf_counter() - t0) / calls * 1e6
+            key = "cpu" if d == "cpu" else "device"
+            best[key] = min(best.get(key, us), us)
+    return best
+
+
 def worker(device_type, args):
     import torch
 
@@ -128,6 +154,7 @@ def worker(device_type, args):
                 r["first_step_s"] = time.perf_counter() - t0  # compiled: the compilations
     assert stats_start
     stats = torch_hal._C._fallback_stats()
+    tiny = _tiny_op_us(torch, torch.device(device_type, 0)) if not args.compile else None
     result = {
         "device_type": device_type,
         "compiled": bool(args.compile),
@@ -143,6 +170,8 @@ def worker(device_type, args):
         "cpu_first_step_s": runs["cpu"]["first_step_s"],
         "device_first_step_s": runs[device_type]["first_step_s"],
     }
+    if tiny is not None:
+        result["tiny_op_us"] = tiny
     graph_compiler = sys.modules.get("torch_hal.graph_compiler")
     reports = graph_compiler.reports() if graph_compiler else []
     if reports:
@@ -236,10 +265,10 @@ def breakdown(hal, neuron):
     return out
 
 
-def target(name, measured, relation, threshold):
+def target(name, measured, relation, threshold, unit="x"):
     met = measured <= threshold if relation == "<=" else measured < threshold
     return {"part": "step", "name": name, "measured": measured, "threshold": threshold,
-            "relation": relation, "unit": "x", "verdict": "met" if met else "missed"}
+            "relation": relation, "unit": unit, "verdict": "met" if met else "missed"}
 
 
 def main(argv=None):
@@ -252,6 +281,8 @@ def main(argv=None):
     p.add_argument("--skip-compile", action="store_true", help="no torch.compile variants")
     p.add_argument("--compile-target", type=float, default=1.05,
                    help="hal compiled / cpu compiled step-time target")
+    p.add_argument("--op-cost-target", type=float, default=0.40,
+                   help="per-operator cost target: a trivial op on hal minus on cpu, in us")
     p.add_argument("--compile", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--quick", action="store_true",
                    help="a smoke run: 5 steps after 2, no torch.compile (indicative figures only)")
@@ -305,6 +336,16 @@ def main(argv=None):
     print()
     verdict = "met" if ratio_hal <= args.target else "NOT met"
     print(f"hal (cpu backend) / cpu: {ratio_hal:.3f}x (target <= {args.target:.2f}x: {verdict})")
+    tiny = hal["tiny_op_us"]
+    cost = tiny["device"] - tiny["cpu"]
+    print(f"per-operator cost (torch.add of 8 elements): hal {tiny['device']:.2f} us, cpu "
+          f"{tiny['cpu']:.2f} us: {cost:.2f} us more (target <= {args.op_cost_target:.2f} us: "
+          f"{'met' if cost <= args.op_cost_target else 'NOT met'})")
+    results["op_cost_us"] = {"cpu": tiny["cpu"], "hal": tiny["device"], "added": cost,
+                             "target": args.op_cost_target}
+    targets.append(target(f"per-operator cost: torch.add of 8 elements on hal minus on cpu <= "
+                          f"{args.op_cost_target:.2f} us", cost, "<=", args.op_cost_target,
+                          unit="us"))
     if neuron:
         s, cal = neuron["split"], neuron["copy_calibration"]
         print(f"neuron: compute {s['compute_s'] * 1000:.1f} ms + copies {s['copies_s'] * 1000:.1f}"

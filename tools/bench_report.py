@@ -300,6 +300,30 @@ def step_plot(step, why_absent):
     return Plot(title, png_of(fig), notes=notes)
 
 
+def op_cost_plot(step, why_absent):
+    title = "Per-operator cost: a trivial operator on hal against plain CPU"
+    cost = (step or {}).get("op_cost_us")
+    if not cost:
+        return Plot(title, why=why_absent or "the step-time results have no per-operator cost "
+                    "(written by an older examples/bench_step_time.py)")
+    fig, ax = plt.subplots(figsize=(5, 3), layout="constrained")
+    labels = ["cpu (plain PyTorch)", "hal (cpu backend)"]
+    values = [cost["cpu"], cost["hal"]]
+    ax.bar(labels, values, color=["#888888", "#1f77b4"])
+    for i, v in enumerate(values):
+        ax.text(i, v, f"{v:.2f} us", ha="center", va="bottom", fontsize=8)
+    limit = cost["cpu"] + cost["target"]
+    ax.axhline(limit, linestyle="--", color="#d62728", linewidth=1,
+               label=f"target: cpu + {cost['target']:.2f} us")
+    ax.set_ylabel("us per torch.add of 8 elements", fontsize=8)
+    ax.tick_params(labelsize=8)
+    ax.legend(fontsize=7)
+    ax.grid(True, axis="y", alpha=0.3)
+    notes = [f"hal adds {cost['added']:.2f} us to every operator (dispatch, the CPU fallback, "
+             "stream ordering, the output's wrapping)"]
+    return Plot(title, png_of(fig), notes=notes)
+
+
 # ---- the page ----------------------------------------------------------------------------------
 
 def all_targets(bench, step):
@@ -464,7 +488,9 @@ def build(bench_path, step_path):
              [scaling_plot(bench, bench_why), copy_plot(bench, bench_why),
               allocator_plot(bench, bench_why),
               step_plot(step, step_why and f"{step_why}: examples/bench_step_time.py did not "
-                        "write it (make bench BENCH_STEP_TIME=0 leaves it out)")])
+                        "write it (make bench BENCH_STEP_TIME=0 leaves it out)"),
+              op_cost_plot(step, step_why and f"{step_why}: examples/bench_step_time.py did "
+                           "not write it (make bench BENCH_STEP_TIME=0 leaves it out)")])
     return page(bench, bench_why, step, step_why, plots), markdown_targets(all_targets(bench,
                                                                                        step))
 

@@ -22,7 +22,8 @@ TITLES = ("Bus bandwidth against message size, 2 processes",
           "Scaling: 2 against 4 processes, one host against two simulated hosts (busbw)",
           "Copy bandwidth: hal_memcpy_async against memcpy (raw CUDA on the cuda backend)",
           "Caching allocator: alloc + free pair against malloc + free",
-          "Training step per device: compute, fallback, copies")
+          "Training step per device: compute, fallback, copies",
+          "Per-operator cost: a trivial operator on hal against plain CPU")
 
 
 def sections(page):
@@ -64,19 +65,30 @@ def test_complete_result_draws_every_plot(monkeypatch):
     assert "Not drawn" not in page
     assert "<script" not in page and "http" not in page.split("<style>")[0]  # stands alone
     assert "2026-01-02T03:04:05Z" in page and "0123abc" in page
-    assert "2 of 5 targets met</b>" in page  # hal_bench: 2 of 4 counted; the step: 0 of 1
+    assert "3 of 6 targets met</b>" in page  # hal_bench: 2 of 4 counted; the step: 1 of 2
 
 
 def test_markdown_table_lists_every_target_with_its_verdict(fast_png):
     _, table = bench_report.build(BENCH, STEP)
     lines = table.splitlines()
     assert lines[0] == "| part | target | measured | threshold | verdict |"
-    assert len(lines) == 2 + 6
+    assert len(lines) == 2 + 7
     assert "| mem | cpu: dispatch overhead <= 2 ns | 0.8 ns | <= 2 ns | met |" in lines
     assert any("faster than malloc+free" in l and "**MISSED**" in l for l in lines)
     assert any("latency" in l and "**MISSED (no result)**" in l for l in lines)
     assert any("trainium: dispatch" in l and l.endswith("| n/a |") for l in lines)
     assert any(l.startswith("| step |") and "1.3x" in l for l in lines)
+    assert any("per-operator cost" in l and "| 0.3 us | <= 0.4 us | met |" in l for l in lines)
+
+
+def test_step_result_without_the_operator_cost_says_why(tmp_path, fast_png):
+    with open(STEP) as f:
+        step = json.load(f)
+    del step["op_cost_us"]
+    page, _ = bench_report.build(BENCH, write(tmp_path, "step.json", step))
+    found = sections(page)
+    assert "no per-operator cost" in found["Per-operator cost: a trivial operator on hal "
+                                           "against plain CPU"]
 
 
 def test_mem_only_result_says_why_the_collective_plots_are_absent(tmp_path, bench_doc, fast_png):
