@@ -35,6 +35,7 @@ void registerAll()
         registerAutocast();
         registerRnnCells();
         registerAttention();
+        registerDropout();
         registerProfilerStubs();
     });
 }
