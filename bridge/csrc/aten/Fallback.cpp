@@ -21,13 +21,13 @@
 #include <ATen/core/stack.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/StorageImpl.h>
+#include <c10/util/SmallVector.h>
 #include <torch/library.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <mutex>
-#include <set>
 #include <unordered_map>
 #include <vector>
 
@@ -61,6 +61,70 @@ struct Mirror {
     size_t wlo = kNoRange, whi = 0; // bytes the mutable arguments span
     const void *cpu_data = nullptr; // to detect kernels that resized the storage
     size_t cpu_nbytes = 0;
+};
+
+// A map from storage to value for the few storages one call touches: searched linearly while
+// small, so that a call allocates no hash table; hashed once it grows (long tensor lists).
+template <typename Value> class StorageMap
+{
+  public:
+    // The value of `key`, or nullptr; valid until the next insert.
+    Value *find(const c10::StorageImpl *key)
+    {
+        if (!hashed_.empty()) {
+            auto it = hashed_.find(key);
+            return it == hashed_.end() ? nullptr : &it->second;
+        }
+        for (auto &entry : linear_)
+            if (entry.first == key)
+                return &entry.second;
+        return nullptr;
+    }
+
+    void insert(const c10::StorageImpl *key, Value value)
+    {
+        if (hashed_.empty() && linear_.size() < kLinearEntries) {
+            linear_.emplace_back(key, std::move(value));
+            return;
+        }
+        if (hashed_.empty()) {
+            for (auto &entry : linear_)
+                hashed_.emplace(entry.first, std::move(entry.second));
+            linear_.clear();
+        }
+        hashed_.emplace(key, std::move(value));
+    }
+
+  private:
+    static constexpr size_t kLinearEntries = 16;
+    c10::SmallVector<std::pair<const c10::StorageImpl *, Value>, 4> linear_;
+    std::unordered_map<const c10::StorageImpl *, Value> hashed_;
+};
+
+// A few device indices, each once (a call's devices: one, or two for cross-device copies).
+class DeviceSet
+{
+  public:
+    void insert(c10::DeviceIndex index)
+    {
+        if (std::find(indices_.begin(), indices_.end(), index) == indices_.end())
+            indices_.push_back(index);
+    }
+    bool empty() const
+    {
+        return indices_.empty();
+    }
+    const c10::DeviceIndex *begin() const
+    {
+        return indices_.begin();
+    }
+    const c10::DeviceIndex *end() const
+    {
+        return indices_.end();
+    }
+
+  private:
+    c10::SmallVector<c10::DeviceIndex, 2> indices_;
 };
 
 // One device tensor argument (or list element) and its CPU stand-in.
@@ -130,14 +194,14 @@ class FallbackCall
     bool in_place_ = false;
     size_t args_begin_ = 0;
     c10::DeviceIndex target_ = -1; // device of the results
-    std::set<c10::DeviceIndex> devices_;
-    std::vector<c10::IValue> original_args_;
-    std::vector<Ref> refs_;
-    std::vector<Mirror> mirrors_;
-    std::unordered_map<const c10::StorageImpl *, size_t> mirror_of_device_;
-    std::unordered_map<const c10::StorageImpl *, size_t> mirror_of_cpu_;
-    std::unordered_map<const c10::StorageImpl *, c10::Storage> fresh_outputs_;
-    std::vector<size_t> device_args_;
+    DeviceSet devices_;
+    c10::SmallVector<c10::IValue, 8> original_args_;
+    c10::SmallVector<Ref, 4> refs_;
+    c10::SmallVector<Mirror, 4> mirrors_;
+    StorageMap<size_t> mirror_of_device_;
+    StorageMap<size_t> mirror_of_cpu_;
+    StorageMap<c10::Storage> fresh_outputs_;
+    c10::SmallVector<size_t, 2> device_args_;
     struct GeneratorSwap {
         at::Generator device;
         at::Generator cpu;
@@ -148,7 +212,7 @@ class FallbackCall
     // default generator: lend it the device generator's state for the call.
     bool swap_default_cpu_generator_ = false;
     at::Generator saved_cpu_state_;
-    std::set<c10::DeviceIndex> pending_copies_; // devices whose current stream has H2D copies
+    DeviceSet pending_copies_; // devices whose current stream has H2D copies
 
     void addRef(size_t arg, bool write, const at::Tensor &t)
     {
@@ -168,17 +232,17 @@ class FallbackCall
         devices_.insert(index);
 
         const c10::StorageImpl *impl = t.storage().unsafeGetStorageImpl();
-        auto found = mirror_of_device_.find(impl);
+        const size_t *found = mirror_of_device_.find(impl);
         size_t m;
-        if (found == mirror_of_device_.end()) {
+        if (found == nullptr) {
             m = mirrors_.size();
             Mirror mirror;
             mirror.device = t.storage();
             mirror.index = index;
             mirrors_.push_back(std::move(mirror));
-            mirror_of_device_.emplace(impl, m);
+            mirror_of_device_.insert(impl, m);
         } else {
-            m = found->second;
+            m = *found;
         }
         Mirror &mirror = mirrors_[m];
         size_t span = spanBytes(t);
@@ -227,7 +291,7 @@ class FallbackCall
         for (c10::DeviceIndex d : devices_)
             synchronizeCurrentStream(d);
 
-        std::set<c10::DeviceIndex> staged_devices;
+        DeviceSet staged_devices;
         for (size_t m = 0; m < mirrors_.size(); ++m) {
             Mirror &mirror = mirrors_[m];
             c10::StorageImpl *dev = mirror.device.unsafeGetStorageImpl();
@@ -261,7 +325,7 @@ class FallbackCall
             mirror.cpu = c10::Storage(std::move(cpu));
             mirror.cpu_data = mirror.cpu.data();
             mirror.cpu_nbytes = mirror.cpu.nbytes();
-            mirror_of_cpu_.emplace(mirror.cpu.unsafeGetStorageImpl(), m);
+            mirror_of_cpu_.insert(mirror.cpu.unsafeGetStorageImpl(), m);
         }
         for (c10::DeviceIndex d : staged_devices)
             synchronizeCurrentStream(d);
@@ -401,9 +465,8 @@ class FallbackCall
     c10::Storage freshDeviceStorage(const c10::Storage &cpu)
     {
         c10::StorageImpl *impl = cpu.unsafeGetStorageImpl();
-        auto found = fresh_outputs_.find(impl);
-        if (found != fresh_outputs_.end())
-            return found->second;
+        if (const c10::Storage *found = fresh_outputs_.find(impl))
+            return *found;
         size_t nbytes = impl->nbytes();
         c10::Storage storage;
         if (impl->data() == nullptr) {
@@ -438,7 +501,7 @@ class FallbackCall
             keep_alive_.push_back(cpu); // until the copy ran
             g_counters.outputs_copied++;
         }
-        fresh_outputs_.emplace(impl, storage);
+        fresh_outputs_.insert(impl, storage);
         return storage;
     }
     std::vector<c10::Storage> keep_alive_;
@@ -449,11 +512,11 @@ class FallbackCall
         if (!cpu.defined() || cpu.device().type() != c10::DeviceType::CPU)
             return cpu;
         const c10::StorageImpl *impl = cpu.storage().unsafeGetStorageImpl();
-        auto found = mirror_of_cpu_.find(impl);
+        const size_t *found = mirror_of_cpu_.find(impl);
         c10::Storage storage;
         size_t begin = 0;
-        if (found != mirror_of_cpu_.end()) {
-            const Mirror &mirror = mirrors_[found->second];
+        if (found != nullptr) {
+            const Mirror &mirror = mirrors_[*found];
             storage = mirror.device;
             begin = mirror.begin;
             if (is_output)

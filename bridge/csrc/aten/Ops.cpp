@@ -49,9 +49,15 @@ namespace
 
 constexpr c10::DispatchKeySet kDeviceKeys(c10::DispatchKey::PrivateUse1);
 
-void runFallback(const char *name, const char *overload, torch::jit::Stack stack)
+// The operators these kernels hand on to the fallback are looked up by name once per call site
+// (a function-local static): a lookup costs as much as copying a small tensor.
+c10::OperatorHandle findOperator(const char *name, const char *overload)
 {
-    auto op = c10::Dispatcher::singleton().findSchemaOrThrow(name, overload);
+    return c10::Dispatcher::singleton().findSchemaOrThrow(name, overload);
+}
+
+void runFallback(const c10::OperatorHandle &op, torch::jit::Stack stack)
+{
     cpuFallback(op, &stack);
 }
 
@@ -222,7 +228,8 @@ at::Tensor copy_from(const at::Tensor &self, const at::Tensor &dst, bool non_blo
     }
     // Everything else (dtype conversion on the device, broadcasting, layouts that differ,
     // overlap): CPU's copy_ through the fallback, in place where the device allows it.
-    runFallback("aten::copy_", "", { dst, src, non_blocking });
+    static const c10::OperatorHandle copy = findOperator("aten::copy_", "");
+    runFallback(copy, { dst, src, non_blocking });
     return dst;
 }
 
@@ -312,7 +319,8 @@ at::Tensor &fill_scalar(at::Tensor &self, const at::Scalar &value)
         copyDenseBytes(self, staged, /*non_blocking=*/false);
         return self;
     }
-    runFallback("aten::fill_", "Scalar", { self, value });
+    static const c10::OperatorHandle fill = findOperator("aten::fill_", "Scalar");
+    runFallback(fill, { self, value });
     return self;
 }
 
@@ -328,7 +336,8 @@ at::Tensor &zero_(at::Tensor &self)
             hal_memset_async(self.data_ptr(), 0, n, currentHalStream(self.device().index())));
         return self;
     }
-    runFallback("aten::zero_", "", { self });
+    static const c10::OperatorHandle zero = findOperator("aten::zero_", "");
+    runFallback(zero, { self });
     return self;
 }
 
