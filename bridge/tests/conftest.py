@@ -63,7 +63,7 @@ def pytest_configure(config):
         "-m 'not own_backend_trainium'), which is the shorter of the two")
     config.addinivalue_line(
         "markers", "backend_neutral: the same test whatever the run's backend (the bridge's "
-        "kernels against their fake kernels, or processes on backends of the test's choosing); "
+        "kernels against their fake kernels); "
         "`make test-bridge` runs it once, in the trainium run (the cpu run passes "
         "-m 'not backend_neutral'), to balance the two runs")
     config.addinivalue_line(

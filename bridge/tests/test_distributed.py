@@ -207,7 +207,7 @@ def test_stuck_peer_times_out(tmp_path):
 
 # ---- The example: losses on the device equal the CPU's ---------------------------------------------
 
-@pytest.mark.backend_neutral
+@pytest.mark.own_backend
 @pytest.mark.skipif(not os.path.exists(TRAIN), reason="examples/ is not next to bridge/")
 def test_example_loss_alignment_and_resume(tmp_path):
     def run(device, log, *extra):
