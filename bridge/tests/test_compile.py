@@ -155,14 +155,14 @@ def attention_block(x, qkv_weight, out_weight, heads, contiguous_heads):
 
 
 @pytest.mark.skipif(not GENERATES, reason="the device generates no code (test_no_code_generator)")
-@pytest.mark.parametrize("dtype,layout", [(torch.float32, "contiguous")],
-                         ids=["float32-contiguous"])
+@pytest.mark.parametrize("dtype,layout", [(torch.bfloat16, "bshd"), (torch.float32, "contiguous")],
+                         ids=["bfloat16-bshd", "float32-contiguous"])
 def test_attention_compiles_and_matches_cpu_compiled(device, dtype, layout):
     """SDPA in a compiled graph: the bridge's fused attention kernels return what their fake
     kernels declare (a compiled step used to stop in assert_size_stride), forward and backward
-    as the CPU's compiled run gives them. (Heads made contiguous: the kernels copy into the
-    query's layout; test_model_zoo.py compiles the [B, S, H, D] projections of a Llama-style
-    block in bfloat16.)"""
+    as the CPU's compiled run gives them: heads projected as [B, S, H, D] and transposed, as
+    models do (the kernels' layouts are the declared ones), and made contiguous (the kernels
+    copy into the query's layout)."""
     torch.manual_seed(0)
     x = torch.randn(2, 8, 32, dtype=dtype)
     weights = [torch.randn(32, 96, dtype=dtype) * 0.1, torch.randn(32, 32, dtype=dtype) * 0.1]
