@@ -64,8 +64,8 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "backend_neutral: the same test whatever the run's backend (the bridge's "
         "kernels against their fake kernels); "
-        "`make test-bridge` runs it once, in the cpu run (the trainium run passes "
-        "-m 'not backend_neutral')")
+        "`make test-bridge` runs it once, in the trainium run (the cpu run passes "
+        "-m 'not backend_neutral'), to balance the two runs")
     config.addinivalue_line(
         "markers", "zoo: the model zoo's compiled runs (every model compiled, FSDP2 with "
         "torch.compile on two ranks); `make test-bridge` leaves them out (-m 'not zoo'), "
