@@ -193,6 +193,25 @@ void copyDenseBytes(const at::Tensor &dst, const at::Tensor &src, bool non_block
     TORCH_HAL_CHECK(hal_stream_synchronize(hal_stream));
 }
 
+// A CPU tensor over a host-addressable device tensor's memory (same bytes, geometry, conj and
+// neg bits); the device tensor keeps the memory alive while it is used.
+at::Tensor aliasOnCpu(const at::Tensor &t)
+{
+    c10::StorageImpl *dev = t.storage().unsafeGetStorageImpl();
+    auto storage = c10::make_intrusive<c10::StorageImpl>(
+        c10::StorageImpl::use_byte_size_t(), dev->nbytes(),
+        c10::DataPtr(const_cast<void *>(dev->data()), c10::Device(c10::DeviceType::CPU)),
+        /*allocator=*/nullptr, /*resizable=*/false);
+    auto cpu = at::detail::make_tensor<c10::TensorImpl>(
+        c10::Storage(std::move(storage)), c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
+    cpu.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+    if (t.is_conj())
+        cpu._set_conj(true);
+    if (t.is_neg())
+        cpu._set_neg(true);
+    return cpu;
+}
+
 at::Tensor copy_from(const at::Tensor &self, const at::Tensor &dst, bool non_blocking)
 {
     const at::Tensor &src = self;
@@ -226,8 +245,17 @@ at::Tensor copy_from(const at::Tensor &self, const at::Tensor &dst, bool non_blo
         dst.copy_(staged);
         return dst;
     }
-    // Everything else (dtype conversion on the device, broadcasting, layouts that differ,
-    // overlap): CPU's copy_ through the fallback, in place where the device allows it.
+    // A conversion within one host-addressable device (autocast's casts, .float()): the CPU's
+    // copy_ on CPU tensors aliasing both, once the stream's earlier work is done; what the
+    // fallback would do, without its bookkeeping for arbitrary operators.
+    if (src_dev && dst_dev && src.device() == dst.device() &&
+        hostAddressable(dst.device().index()) && !src._is_zerotensor() && !dst._is_zerotensor()) {
+        synchronizeCurrentStream(dst.device().index());
+        aliasOnCpu(dst).copy_(aliasOnCpu(src));
+        return dst;
+    }
+    // Everything else (broadcasting between devices, layouts that differ, overlap, memory the
+    // host cannot address): CPU's copy_ through the fallback, in place where the device allows.
     static const c10::OperatorHandle copy = findOperator("aten::copy_", "");
     runFallback(copy, { dst, src, non_blocking });
     return dst;
