@@ -379,8 +379,14 @@ at::Scalar local_scalar_dense(const at::Tensor &self)
                     &stack);
         return stack.back().toScalar();
     }
-    at::Tensor host = at::empty({}, self.options().device(c10::DeviceType::CPU));
     c10::DeviceIndex index = self.device().index();
+    if (hostAddressable(index)) {
+        // Read in place once the stream's earlier work is done: no copy through the stream
+        // (a hand-off to its worker and back for one element).
+        synchronizeCurrentStream(index);
+        return at::native::_local_scalar_dense_cpu(aliasOnCpu(self));
+    }
+    at::Tensor host = at::empty({}, self.options().device(c10::DeviceType::CPU));
     hal_stream_t stream = currentHalStream(index);
     TORCH_HAL_CHECK(
         hal_memcpy_async(host.data_ptr(), self.const_data_ptr(), self.itemsize(), stream));
