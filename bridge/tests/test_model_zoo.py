@@ -134,7 +134,8 @@ def assert_same(got, want, atol, what):
         if atol == 0:
             assert torch.equal(g, w), f"{what}: {name} differs (largest {(g - w).abs().max()})"
         else:
-            torch.testing.assert_close(g, w, rtol=0, atol=atol, msg=lambda m: f"{what}: {name}: {m}")
+            torch.testing.assert_close(g, w, rtol=0, atol=atol,
+                                       msg=lambda m: f"{what}: {name}: {m}")
 
 
 GENERATES = "host_elf" in programs.formats()
