@@ -154,23 +154,25 @@ def attention_block(x, qkv_weight, out_weight, heads, contiguous_heads):
     return out.transpose(1, 2).reshape(batch, seq, width) @ out_weight
 
 
-@pytest.mark.parametrize("dtype,layout", [(torch.bfloat16, "bshd"), (torch.float32, "contiguous")],
-                         ids=["bfloat16-bshd", "float32-contiguous"])
-def test_attention_compiles_and_matches_cpu_compiled(device, dtype, layout):
+@pytest.mark.parametrize("dtype,layout,autocast", [
+    (torch.bfloat16, "bshd", False), (torch.float32, "contiguous", False),
+    (torch.float32, "bshd", True)], ids=["bfloat16-bshd", "float32-contiguous", "autocast-bshd"])
+def test_attention_compiles_and_matches_cpu_compiled(device, dtype, layout, autocast):
     """SDPA in a compiled graph: the bridge's fused attention kernels return what their fake
     kernels declare (a compiled step used to stop in assert_size_stride), forward and backward
     as the CPU's compiled run gives them: heads projected as [B, S, H, D] and transposed, as
-    models do (the kernels' layouts are the declared ones), and made contiguous (the kernels
-    copy into the query's layout)."""
+    models do (the kernels' layouts are the declared ones), made contiguous (the kernels copy
+    into the query's layout), and float32 weights under bfloat16 autocast."""
     torch.manual_seed(0)
     x = torch.randn(2, 8, 32, dtype=dtype)
     weights = [torch.randn(32, 96, dtype=dtype) * 0.1, torch.randn(32, 32, dtype=dtype) * 0.1]
 
     def run(dev):
         torch._dynamo.reset()
-        inputs = [t.to(dev).requires_grad_() for t in [x] + weights]
+        inputs = [t.detach().clone().to(dev).requires_grad_() for t in [x] + weights]
         fn = torch.compile(lambda x, w, o: attention_block(x, w, o, 4, layout == "contiguous"))
-        out = fn(*inputs)
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=autocast):
+            out = fn(*inputs)
         out.float().square().sum().backward()
         return [out.detach().cpu()] + [t.grad.cpu() for t in inputs]
 

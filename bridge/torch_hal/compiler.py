@@ -443,7 +443,6 @@ def register():
     global _registered
     if _registered is not None:
         return _registered.get("classes")
-    from torch._dynamo.device_interface import register_interface_for_device
     from torch._inductor.codegen.common import register_device_op_overrides
     from torch._inductor.codegen.wrapper_fxir import WrapperFxCodegen
 
@@ -452,8 +451,7 @@ def register():
     if not generates and _triton_format() is not None:
         _registered = {"classes": _register_triton(device_type)}
         return _registered["classes"]
-    register_interface_for_device(device_type, _make_interface(
-        device_type, None if generates else _reason(device_type)))
+    register_dynamo_interface()
     classes = None
     if generates:
         _configure_inductor(device_type)  # first: it refuses a torch it cannot serve
