@@ -27,9 +27,9 @@ CPU would run different kernels:
     operators whose policies differ (layer_norm, softmax, log_softmax, cross_entropy) are given
     fp32 inputs explicitly (the residual stream is fp32, softmax and the loss are computed in
     fp32, as most LM code does anyway), so both devices run the same kernels on the same types.
-  * dropout: torch picks a fused kernel (native_dropout) on accelerators (torch_hal's devices
-    take the CPU's composite instead) and a composite one on CPU; in fp32 both give the same
-    values, in bfloat16 they do not, so dropout is applied to fp32 tensors.
+  * dropout: torch picks a fused kernel (native_dropout) on accelerators and a composite one on
+    CPU; in fp32 both give the same values, in bfloat16 they do not, so dropout is applied to
+    fp32 tensors.
   * optimizer: foreach=True explicitly (its default is the for-loop on CPU and foreach on
     accelerators); the data loader has its own torch.Generator, so it does not draw from the
     RNG that dropout uses (the CPU generator on CPU, the device generator on the device).

@@ -35,7 +35,6 @@ void registerAll()
         registerAutocast();
         registerRnnCells();
         registerAttention();
-        registerDropout();
         registerProfilerStubs();
     });
 }

@@ -16,7 +16,6 @@ void registerFallback();      // the boxed CPU fallback (aten/Fallback.cpp)
 void registerAutocast();      // AutocastPrivateUse1 (aten/Autocast.cpp)
 void registerRnnCells();      // the fused LSTM and GRU cells (aten/Rnn.cpp)
 void registerAttention();     // the fused attention kernels (aten/Attention.cpp)
-void registerDropout();       // dropout by the CPU's route (aten/Dropout.cpp)
 void registerProfilerStubs(); // the legacy profiler's device hooks (runtime/Profiler.cpp)
 
 // Registers everything above once; later calls do nothing.
