@@ -22,6 +22,7 @@ import torch._inductor.ir
 from torch._dynamo.device_interface import get_interface_for_device
 from torch._inductor.utils import run_and_get_code
 
+import torch_hal._cache_key as _cache_key
 import torch_hal.compiler as compiler
 import torch_hal.programs as programs
 
@@ -82,6 +83,36 @@ def test_dynamo_finds_the_device_before_any_compilation(device_type, dynamo_firs
                             timeout=300, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip().endswith("Interface")
+
+
+@pytest.mark.parametrize("user_tag", ["", "mine"], ids=["no_user_tag", "user_tag"])
+def test_compile_caches_are_keyed_on_the_installed_torch_hal(user_tag):
+    """A graph compiled (and cached on disk) with another torch_hal is not reused: the caches'
+    key tag names the installed package's digest, after a tag of the user's own."""
+    code = ("import torch, torch._dynamo\n"
+            "print(torch.compiler.config.cache_key_tag)\n")
+    env = dict(os.environ, TORCH_COMPILE_CACHE_KEY_TAG=user_tag,
+               NEURON_EMU_INSTANCE_ID=f"cache-key-{os.getpid()}")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=300, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    ours = _cache_key.TAG_PREFIX + _cache_key.package_digest()
+    assert result.stdout.strip() == (f"{user_tag}+{ours}" if user_tag else ours)
+
+
+def test_package_digest_follows_code_and_libraries(tmp_path):
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "module.py").write_text("x = 1\n")
+    (tmp_path / "lib" / "libbackend.so").write_bytes(b"\x7fELF one")
+    (tmp_path / "notes.txt").write_text("not part of the package's code")
+    before = _cache_key.package_digest(str(tmp_path))
+    (tmp_path / "notes.txt").write_text("changed")
+    assert _cache_key.package_digest(str(tmp_path)) == before
+    (tmp_path / "lib" / "libbackend.so").write_bytes(b"\x7fELF two")
+    after_library = _cache_key.package_digest(str(tmp_path))
+    assert after_library != before
+    (tmp_path / "module.py").write_text("x = 2\n")
+    assert _cache_key.package_digest(str(tmp_path)) not in (before, after_library)
 
 
 def test_compiled_kernels_match_cpu_compiled_bits(device):

@@ -79,10 +79,13 @@ def _load():
         from . import graph_compiler
 
         graph_compiler.install()  # torch.compile on devices that take StableHLO programs
-        from . import _after_import, compiler
+        from . import _after_import, _cache_key, compiler
 
-        _after_import.after_import("torch._dynamo.device_interface",
-                                   compiler.register_dynamo_interface)
+        def on_dynamo_import(module):
+            _cache_key.install()  # compiled graphs cached by another torch_hal are not reused
+            compiler.register_dynamo_interface(module)
+
+        _after_import.after_import("torch._dynamo.device_interface", on_dynamo_import)
         from . import _sharing
 
         _after_import.after_import("torch.multiprocessing",
