@@ -62,6 +62,7 @@ Where unpatched torch 2.13 still assumes CUDA, and what this script passes inste
 import argparse
 import contextlib
 import datetime
+import gc
 import itertools
 import json
 import math
@@ -442,6 +443,14 @@ def train(args):
         log["device_programs"] = device_program_share()
         write_log(args.loss_log, log)
     if world_size > 1:
+        # DDP's Reducer holds the process group. Were it the last holder, the group would be
+        # freed with the GIL held, and gloo's destructor joins its worker threads while one of
+        # them may wait for the GIL to free a finished collective (torch 2.13 keeps a Python
+        # object in the state each collective of a backward captures): a deadlock at exit.
+        # Freeing the model first leaves the last reference to destroy_process_group, whose
+        # destructor runs without the GIL.
+        del model
+        gc.collect()
         dist.destroy_process_group()
     return log
 
