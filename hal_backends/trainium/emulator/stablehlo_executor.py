@@ -28,7 +28,8 @@ Protocol. Every message, in either direction, is a 32-byte header in host byte o
                  its signature, one line per tensor, the parameters of `main` then its results:
                  "in <element type> <dim>...\n" / "out <element type> <dim>...\n", element
                  types as MLIR spells them (f32, bf16, i1, ui8, ...). The module is compiled
-                 here, once; the executable is kept under the id.
+                 here, once; the executable is kept under the id (and in the executable cache,
+                 below).
     EXECUTE (2)  id, arg = the region's size; payload: one (u64 offset, u64 bytes) pair per
                  tensor, inputs then outputs, in signature order. The inputs are read from the
                  region, the module runs, the outputs are written to the region; OK has no
@@ -39,6 +40,15 @@ Protocol. Every message, in either direction, is a 32-byte header in host byte o
 
 Requests come one at a time (the emulator serialises them); tensors are dense, row-major, and i1
 (bool) takes one byte per element (0 or 1).
+
+Executable cache. XLA's executables are kept on disk so that a module another process compiled
+loads in milliseconds, as a cached NEFF does on Trainium: in NEURON_EMU_XLA_CACHE (a directory;
+"0" turns the cache off), by default torch-hal/neuron-emu-xla under $XDG_CACHE_HOME or
+~/.cache. An entry is named by the SHA-256 of the module's bytes, the jax and jaxlib versions,
+XLA's platform version and this host's CPU (XLA compiles for the CPU it runs on); it is written
+to a file of its own and renamed into place, so processes filling one entry at once are safe. An
+entry that does not load is compiled again and replaced; a cache that cannot be written is only
+not written.
 
 jaxlib API used (checked against jax 0.10.2 / jaxlib 0.10.2, the pinned versions; the private
 parts may change in other versions):
@@ -51,14 +61,19 @@ parts may change in other versions):
     client.compile_and_load(module_bytes, executable_devices=xla_client.DeviceList(devices),
                             compile_options=xla_client.CompileOptions())
     -> LoadedExecutable; LoadedExecutable.execute([jax.Array, ...]) -> [jax.Array, ...]
+  client.serialize_executable(LoadedExecutable) -> bytes;
+    client.deserialize_executable(bytes, executable_devices=..., compile_options=...)
+    -> LoadedExecutable; client.platform_version
   jax.device_put(numpy_array, device), with jax_enable_x64 so that 64-bit types stay 64-bit.
 """
 
+import hashlib
 import mmap
 import os
 import socket
 import struct
 import sys
+import tempfile
 
 CHANNEL_FD, REGION_FD = 3, 4
 HEADER = struct.Struct("=IIQQQ")
@@ -103,6 +118,68 @@ class Channel:
         return kind, model_id, arg, self._recv_exact(length)
 
 
+class ExecutableCache:
+    """Serialized XLA executables on disk, by module and toolchain (see "Executable cache")."""
+
+    def __init__(self, directory, toolchain):
+        """Entries go to ``directory``; ``toolchain`` names what compiled them."""
+        self.directory = directory
+        identity = hashlib.sha256(toolchain.encode() + b"\0" + _host_cpu().encode())
+        self.identity = identity.hexdigest()
+
+    @classmethod
+    def from_environment(cls, toolchain):
+        """The cache NEURON_EMU_XLA_CACHE names (or the default one); None when it is "0"."""
+        directory = os.environ.get("NEURON_EMU_XLA_CACHE")
+        if directory == "0":
+            return None
+        if not directory:
+            base = os.environ.get("XDG_CACHE_HOME") or os.path.join(
+                os.path.expanduser("~"), ".cache")
+            directory = os.path.join(base, "torch-hal", "neuron-emu-xla")
+        return cls(directory, toolchain)
+
+    def path(self, module):
+        """The entry of ``module`` (bytes), whether or not it exists."""
+        key = hashlib.sha256(self.identity.encode() + b"\0" + module).hexdigest()
+        return os.path.join(self.directory, key[:2], key + ".xla")
+
+    @staticmethod
+    def store(path, serialize):
+        """Writes ``serialize()`` to ``path`` through a private file and a rename; a cache that
+        cannot be written (read-only, full) is left as it is."""
+        try:
+            data = serialize()
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                os.replace(tmp, path)
+            except BaseException:
+                os.unlink(tmp)
+                raise
+        except Exception:  # noqa: BLE001 - a cache, not a result
+            pass
+
+
+def _host_cpu():
+    """What XLA's CPU code depends on: the CPU model and its feature flags."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return os.uname().machine
+    wanted = ("model name", "flags", "Features", "CPU part")
+    first = {}
+    for line in lines:
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key in wanted and key not in first:
+            first[key] = value.strip()
+    return os.uname().machine + "; " + "; ".join(f"{k}: {first[k]}" for k in sorted(first))
+
+
 class Executor:
     """Compiled modules by id, and the tensor region."""
 
@@ -113,6 +190,8 @@ class Executor:
         self.device = backend.local_devices()[0]
         self.models, self.next_id = {}, 1
         self.region, self.region_size = None, 0
+        self.cache = ExecutableCache.from_environment(
+            f"jax {jax.__version__}; platform {backend.platform_version}")
 
     def _tensor(self, usage, mlir_type, what):
         """(signature line, numpy dtype, shape) of a parameter or result of main."""
@@ -152,13 +231,29 @@ class Executor:
                       for i, t in enumerate(ftype.inputs)]
             outputs = [self._tensor("out", t, f"result {i} of @main")
                        for i, t in enumerate(ftype.results)]
-        executable = self.backend.compile_and_load(
-            module,
-            executable_devices=self.xla_client.DeviceList((self.device,)),
-            compile_options=self.xla_client.CompileOptions())
+        executable = self._executable(module)
         model_id, self.next_id = self.next_id, self.next_id + 1
         self.models[model_id] = (executable, inputs, outputs)
         return model_id, "".join(line + "\n" for line, _, _ in inputs + outputs)
+
+    def _executable(self, module):
+        """The module compiled for the device: from the executable cache, else compiled (and
+        then cached)."""
+        devices = self.xla_client.DeviceList((self.device,))
+        path = self.cache.path(module) if self.cache else None
+        if path and os.path.exists(path):
+            try:
+                with open(path, "rb") as f:
+                    return self.backend.deserialize_executable(
+                        f.read(), executable_devices=devices,
+                        compile_options=self.xla_client.CompileOptions())
+            except Exception:  # noqa: BLE001 - unreadable or stale: compiled again below
+                pass
+        executable = self.backend.compile_and_load(
+            module, executable_devices=devices, compile_options=self.xla_client.CompileOptions())
+        if path:
+            self.cache.store(path, lambda: self.backend.serialize_executable(executable))
+        return executable
 
     def _map(self, size):
         """Maps the region again once the emulator has grown it."""

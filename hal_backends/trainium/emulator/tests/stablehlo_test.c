@@ -693,3 +693,135 @@ CTEST(nrt_stablehlo, a_forked_child_starts_its_own_executor)
     nrt_test_close(&api);
     return CTEST_PASS;
 }
+
+static const char multiply_module[] =
+    "module @mul {\n"
+    "  func.func public @main(%arg0: tensor<4xf32>, %arg1: tensor<4xf32>) -> (tensor<4xf32>) {\n"
+    "    %0 = stablehlo.multiply %arg0, %arg1 : tensor<4xf32>\n"
+    "    return %0 : tensor<4xf32>\n"
+    "  }\n"
+    "}\n";
+
+static const char subtract_module[] =
+    "module @sub {\n"
+    "  func.func public @main(%arg0: tensor<4xf32>, %arg1: tensor<4xf32>) -> (tensor<4xf32>) {\n"
+    "    %0 = stablehlo.subtract %arg0, %arg1 : tensor<4xf32>\n"
+    "    return %0 : tensor<4xf32>\n"
+    "  }\n"
+    "}\n";
+
+/* The entries of the executable cache in dir (<2 hex digits>/<key>.xla): how many, the paths of
+ * up to max of them in paths. */
+static int cache_entries(const char *dir, char (*paths)[1024], int max)
+{
+    int n = 0;
+    DIR *top = opendir(dir);
+    for (struct dirent *e; top != NULL && (e = readdir(top)) != NULL;) {
+        if (e->d_name[0] == '.')
+            continue;
+        char sub[1024];
+        int k = snprintf(sub, sizeof(sub), "%s/%s", dir, e->d_name);
+        if (k < 0 || (size_t)k >= sizeof(sub))
+            continue;
+        DIR *d = opendir(sub);
+        for (struct dirent *f; d != NULL && (f = readdir(d)) != NULL;) {
+            size_t len = strlen(f->d_name);
+            if (len < 4 || strcmp(f->d_name + len - 4, ".xla") != 0)
+                continue;
+            if (n < max && snprintf(paths[n], sizeof(paths[n]), "%s/%s", sub, f->d_name) >=
+                               (int)sizeof(paths[n]))
+                continue;
+            n++;
+        }
+        if (d != NULL)
+            closedir(d);
+    }
+    if (top != NULL)
+        closedir(top);
+    return n;
+}
+
+/* Copies the file src to dst (replacing it); false on any failure. */
+static bool copy_file(const char *src, const char *dst)
+{
+    static char buf[1 << 20];
+    FILE *in = fopen(src, "rb");
+    if (in == NULL)
+        return false;
+    size_t n = fread(buf, 1, sizeof(buf), in);
+    fclose(in);
+    FILE *out = fopen(dst, "wb");
+    bool ok = out != NULL && fwrite(buf, 1, n, out) == n;
+    if (out != NULL)
+        ok = fclose(out) == 0 && ok;
+    return ok && n < sizeof(buf);
+}
+
+/* Loads text on core 0 and runs it on a = {1, 2, 3, 4}, b = {10, 20, 30, 40}; out gets the result.
+ * False if any step fails. */
+static bool load_and_run(const char *text, float out[4])
+{
+    NRT_STATUS rc;
+    nrt_model_t *m = load_text(text, &rc);
+    if (m == NULL)
+        return false;
+    float a[4] = { 1, 2, 3, 4 }, b[4] = { 10, 20, 30, 40 };
+    nrt_tensor_t *t[3] = { tensor(16, a), tensor(16, b), tensor(16, NULL) };
+    bool ok = t[0] != NULL && t[1] != NULL && t[2] != NULL &&
+              run(m, t, 2, &t[2], 1) == NRT_SUCCESS &&
+              api.tensor_read(t[2], out, 0, 16) == NRT_SUCCESS;
+    for (int i = 0; i < 3; i++)
+        api.tensor_free(&t[i]);
+    return api.unload(m) == NRT_SUCCESS && ok;
+}
+
+/* The executor's executable cache (NEURON_EMU_XLA_CACHE): the first load of a module writes one
+ * entry; a later executor loads the entry instead of compiling (shown by planting the multiply
+ * module's executable under the add module's name); a corrupt entry is compiled again and
+ * replaced; "0" turns the cache off. */
+CTEST(nrt_stablehlo, executables_are_cached_on_disk)
+{
+    const char *tmp = getenv("TEST_TMPDIR");
+    char dir[512];
+    snprintf(dir, sizeof(dir), "%s/xla-cache-XXXXXX", tmp != NULL ? tmp : "/tmp");
+    CTEST_CHECK(mkdtemp(dir) != NULL);
+    setenv("NEURON_EMU_XLA_CACHE", dir, 1);
+    OPEN_EMULATOR();
+    static char paths[4][1024];
+    float out[4];
+    CTEST_CHECK(load_and_run(add_module, out) && out[3] == 44);
+    CTEST_CHECK(cache_entries(dir, paths, 4) == 1);
+    char add_entry[1024];
+    snprintf(add_entry, sizeof(add_entry), "%s", paths[0]);
+    CTEST_CHECK(load_and_run(multiply_module, out) && out[3] == 160);
+    CTEST_CHECK(cache_entries(dir, paths, 4) == 2);
+    const char *mul_entry = strcmp(paths[0], add_entry) != 0 ? paths[0] : paths[1];
+
+    /* A new executor (nrt_close stops this one) takes what the entry holds. */
+    api.close();
+    CTEST_CHECK(copy_file(mul_entry, add_entry));
+    CTEST_CHECK(nrt_test_init(&api) == NRT_SUCCESS);
+    CTEST_CHECK(load_and_run(add_module, out) && out[3] == 160);
+
+    /* A corrupt entry: compiled again, and the entry rewritten. */
+    api.close();
+    FILE *f = fopen(add_entry, "wb");
+    CTEST_CHECK(f != NULL && fputs("not an executable", f) >= 0 && fclose(f) == 0);
+    CTEST_CHECK(nrt_test_init(&api) == NRT_SUCCESS);
+    CTEST_CHECK(load_and_run(add_module, out) && out[3] == 44);
+    struct stat st;
+    CTEST_CHECK(stat(add_entry, &st) == 0 && st.st_size > (off_t)strlen("not an executable"));
+    CTEST_CHECK(cache_entries(dir, paths, 4) == 2);
+
+    /* "0": nothing read, nothing written. */
+    api.close();
+    setenv("NEURON_EMU_XLA_CACHE", "0", 1);
+    CTEST_CHECK(nrt_test_init(&api) == NRT_SUCCESS);
+    CTEST_CHECK(copy_file(mul_entry, add_entry));
+    CTEST_CHECK(load_and_run(add_module, out) && out[3] == 44);
+    CTEST_CHECK(load_and_run(subtract_module, out) && out[3] == -36);
+    CTEST_CHECK(cache_entries(dir, paths, 4) == 2);
+    unsetenv("NEURON_EMU_XLA_CACHE");
+    nrt_test_close(&api);
+    return CTEST_PASS;
+}
