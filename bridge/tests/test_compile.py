@@ -85,6 +85,23 @@ def test_dynamo_finds_the_device_before_any_compilation(device_type, dynamo_firs
     assert result.stdout.strip().endswith("Interface")
 
 
+def test_import_torch_leaves_the_compile_stack_unloaded(device_type):
+    """torch_hal loads with torch (its entry point) without importing Dynamo, Inductor,
+    torch-mlir or jax (Dynamo alone costs about a second); the backend name ``<device>`` is
+    there once Dynamo is."""
+    code = ("import sys, torch, torch_hal\n"
+            "assert torch_hal.is_loaded(), torch_hal.load_error()\n"
+            "print(sorted(m for m in ('torch._dynamo', 'torch._inductor', 'torch_mlir', 'jax')\n"
+            "             if m in sys.modules))\n"
+            "import torch._dynamo\n"
+            f"print({device_type!r} in torch._dynamo.list_backends())\n")
+    env = dict(os.environ, NEURON_EMU_INSTANCE_ID=f"import-cost-{os.getpid()}")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=300, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split("\n")[:2] == ["[]", "True"], result.stdout
+
+
 @pytest.mark.parametrize("user_tag", ["", "mine"], ids=["no_user_tag", "user_tag"])
 def test_compile_caches_are_keyed_on_the_installed_torch_hal(user_tag):
     """A graph compiled (and cached on disk) with another torch_hal is not reused: the caches'

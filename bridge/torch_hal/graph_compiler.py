@@ -234,19 +234,24 @@ def _takes(example_inputs):
 _installed = False
 
 
+def _register_backend_name(registry):
+    device_type = _device_type()
+    if device_type not in registry._COMPILER_FNS:
+        registry.register_backend(compile_graph, name=device_type)
+
+
 def install():
     """Routes torch.compile's default backend to :func:`compile_graph` for graphs with an input
-    on the device, and registers the backend name ``<device type>`` ("neuron") with Dynamo.
-    Idempotent; cheap (Inductor is not imported)."""
+    on the device, and registers the backend name ``<device type>`` ("neuron") with Dynamo once
+    Dynamo is imported. Idempotent; cheap (neither Dynamo nor Inductor is imported: Dynamo alone
+    would add about a second to every ``import torch``)."""
     global _installed
     if _installed:
         return
     _installed = True
-    import torch._dynamo.backends.registry as registry
+    from . import _after_import
 
-    device_type = _device_type()
-    if device_type not in registry._COMPILER_FNS:
-        registry.register_backend(compile_graph, name=device_type)
+    _after_import.after_import("torch._dynamo.backends.registry", _register_backend_name)
     wrapper = torch._TorchCompileInductorWrapper
     inductor_call = wrapper.__call__
 
