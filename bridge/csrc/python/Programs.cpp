@@ -231,6 +231,8 @@ void initProgramBindings(py::module &m)
         [](int device_index, int format, py::bytes image) {
             std::string bytes = image; // copied: the HAL may read it during the call only
             hal_program_t program = nullptr;
+            // Creating a program may compile it (seconds): other Python threads run meanwhile.
+            py::gil_scoped_release no_gil;
             TORCH_HAL_CHECK(hal_program_create(
                 halDevice(static_cast<c10::DeviceIndex>(device_index)),
                 static_cast<hal_program_format_t>(format), bytes.data(), bytes.size(), &program));
