@@ -29,7 +29,10 @@ plain CPU compiled, hal eager, hal compiled. Targets: hal compiled <= 1.05x plai
 and hal compiled faster than plain CPU eager (--skip-compile leaves them out); and the Trainium
 backend's step compiled (graphs lowered to StableHLO programs) against plain CPU compiled in the
 same process (target <= 1.30x), with the first (compiling) step, the share of aten nodes run as
-device programs and the bytes eager operators staged per step. A fifth line,
+device programs and the bytes eager operators staged per step; that worker runs with empty
+compile caches of its own and then once more, in a new process, with the caches it filled:
+the time spent compiling the model's graphs (lowering and device programs) cold and warm
+(target warm <= 0.50 s), the emulator's executor start measured apart. A fifth line,
 without a target, runs the hal compiled step with TORCH_HAL_COMPILE_LAUNCH=inplace (the kernels
 on the calling thread, no stream launch): the difference is what the stream's thread handoffs
 cost.
@@ -49,9 +52,11 @@ import argparse
 import datetime
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -112,6 +117,16 @@ def _tiny_op_us(torch, device, calls=20000, repeats=7):
     return best
 
 
+# A module that passes its argument through: creating it starts the device's compiler.
+TRIVIAL_STABLEHLO = (b"module @start { func.func public @main(%a: tensor<1xf32>) -> tensor<1xf32> "
+                     b"{ return %a : tensor<1xf32> } }")
+
+
+def _takes_stablehlo(torch_hal):
+    formats = torch_hal.programs.formats(0)
+    return "stablehlo" in formats and "host_elf" not in formats
+
+
 def worker(device_type, args):
     import torch
 
@@ -125,6 +140,13 @@ def worker(device_type, args):
                          f"{torch_hal.load_error()}")
     train_args = lm.parse_args(["--device", "cpu", "--batch-size", str(args.batch_size),
                                 "--corpus-tokens", "50000"])
+    compiler_start = None
+    if args.compile and _takes_stablehlo(torch_hal):
+        # The device's compiler started on its own (the emulator's executor: a process that
+        # imports jax), so that the compile figures below leave it out.
+        t0 = time.perf_counter()
+        torch_hal.programs.Program(TRIVIAL_STABLEHLO, "stablehlo", device=0)
+        compiler_start = time.perf_counter() - t0
     runs = {}
     for name, device in (("cpu", torch.device("cpu")), (device_type, torch.device(device_type, 0))):
         torch.manual_seed(0)
@@ -178,6 +200,9 @@ def worker(device_type, args):
         result["device_programs"] = {"lowered": sum(r.lowered for _, _, r in reports),
                                      "total": sum(r.total for _, _, r in reports),
                                      "graphs": len(reports)}
+        result["compile_seconds"] = graph_compiler.compile_seconds()
+    if compiler_start is not None:
+        result["device_compiler_start_s"] = compiler_start
     if not result["host_addressable"]:
         result["copy_calibration"] = _calibrate_copies(torch.device(device_type, 0))
     print(json.dumps(result))
@@ -185,13 +210,14 @@ def worker(device_type, args):
 
 # ---- Driver ---------------------------------------------------------------------------------------
 
-def run_worker(backend, device_type, args, compile=False, launch="stream"):
+def run_worker(backend, device_type, args, compile=False, launch="stream", env_extra=None,
+               steps=None, warmup=None):
     env = dict(os.environ, TORCH_HAL_BACKEND=backend, OMP_NUM_THREADS="1",
-               TORCH_HAL_COMPILE_LAUNCH=launch)
+               TORCH_HAL_COMPILE_LAUNCH=launch, **(env_extra or {}))
     if backend == "trainium":
         env.setdefault("NEURON_RT_NUM_CORES", "1")  # take one NeuronCore, not all of them
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", device_type,
-           "--steps", str(args.steps), "--warmup", str(args.warmup),
+           "--steps", str(steps or args.steps), "--warmup", str(warmup or args.warmup),
            "--batch-size", str(args.batch_size)] + (["--compile"] if compile else [])
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -386,8 +412,18 @@ def main(argv=None):
                               f"{args.compile_target:.2f}x", ratio, "<=", args.compile_target))
         targets.append(target("hal compiled / cpu eager step time < 1x", faster, "<", 1.0))
     if not args.skip_compile and neuron:
-        ncomp = run_worker("trainium", "neuron", args, compile=True)
+        # Cold: compile caches of their own, empty; warm: a new process with the same caches.
+        caches = tempfile.mkdtemp(prefix="bench-compile-caches-")
+        env_caches = {"TORCH_HAL_STABLEHLO_CACHE": os.path.join(caches, "stablehlo"),
+                      "NEURON_EMU_XLA_CACHE": os.path.join(caches, "neuron-emu-xla")}
+        try:
+            ncomp = run_worker("trainium", "neuron", args, compile=True, env_extra=env_caches)
+            nwarm = run_worker("trainium", "neuron", args, compile=True, env_extra=env_caches,
+                               steps=1, warmup=1)
+        finally:
+            shutil.rmtree(caches, ignore_errors=True)
         results["neuron_compiled"] = ncomp
+        results["neuron_compiled_warm"] = nwarm
         ratio = ncomp["device_median_s"] / ncomp["cpu_median_s"]
         staged = (ncomp["fallback_per_step"]["bytes_staged_in"]
                   + ncomp["fallback_per_step"]["bytes_staged_out"])
@@ -405,6 +441,21 @@ def main(argv=None):
         print(f"aten nodes as device programs: {share['lowered']}/{share['total']} in "
               f"{share['graphs']} graphs; bytes staged by eager operators per step: "
               f"{staged / 1024:.1f} KiB (the batch in and the loss out are not counted)")
+        cold_s, warm_s = (sum(r["compile_seconds"].values()) for r in (ncomp, nwarm))
+        start_s = statistics.fmean([ncomp["device_compiler_start_s"],
+                                    nwarm["device_compiler_start_s"]])
+        print(f"compiling the model's graphs (lowering + device programs): cold {cold_s:.2f} s, "
+              f"warm {warm_s:.2f} s in a new process with the caches of the cold one (target "
+              f"<= 0.50 s: {'met' if warm_s <= 0.5 else 'NOT met'}); first step cold "
+              f"{ncomp['device_first_step_s']:.1f} s, warm {nwarm['device_first_step_s']:.1f} s. "
+              f"Not counted: the emulator's executor, {start_s:.2f} s to start per process "
+              f"(it imports jax; Trainium has no such process)")
+        results["neuron_compile_s"] = {"cold": cold_s, "warm": warm_s,
+                                       "cold_parts": ncomp["compile_seconds"],
+                                       "warm_parts": nwarm["compile_seconds"],
+                                       "executor_start": start_s}
+        targets.append(target("neuron compiled: the model's graphs compiled in a new process "
+                              "with warm caches <= 0.50 s", warm_s, "<=", 0.5, unit="s"))
         results.setdefault("compile_ratios", {})["neuron_compiled_vs_cpu_compiled"] = ratio
         results["neuron_compiled_staged_bytes_per_step"] = staged
         targets.append(target("neuron compiled / cpu compiled step time <= 1.30x", ratio, "<=",

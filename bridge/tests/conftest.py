@@ -8,7 +8,8 @@ A test run is an emulated Trainium machine of its own: unless NEURON_EMU_INSTANC
 NEURON_EMU_LOCK_DIR is set, the libnrt emulator's NeuronCores of this run belong to an instance
 id made for it (before `import torch` opens the backend), so runs beside it never take its
 cores, while the processes it starts (the distributed tests' ranks) inherit the id and exclude
-each other as on one machine.
+each other as on one machine. Likewise its compile caches (TORCH_HAL_STABLEHLO_CACHE,
+NEURON_EMU_XLA_CACHE) are its own unless set, removed at the end.
 """
 
 import os
@@ -19,6 +20,16 @@ _NEURON_INSTANCE = None
 if not os.environ.get("NEURON_EMU_INSTANCE_ID") and not os.environ.get("NEURON_EMU_LOCK_DIR"):
     _NEURON_INSTANCE = f"pytest-{os.getpid()}-{secrets.token_hex(4)}"
     os.environ["NEURON_EMU_INSTANCE_ID"] = _NEURON_INSTANCE
+
+# The compile caches of this run (lowerings, the emulator's XLA executables): its own, so every
+# run lowers and compiles what it tests, and the processes it starts share them.
+_CACHE_DIR = None
+if "TORCH_HAL_STABLEHLO_CACHE" not in os.environ or "NEURON_EMU_XLA_CACHE" not in os.environ:
+    import tempfile
+
+    _CACHE_DIR = tempfile.mkdtemp(prefix="torch-hal-test-caches-")
+    os.environ.setdefault("TORCH_HAL_STABLEHLO_CACHE", os.path.join(_CACHE_DIR, "stablehlo"))
+    os.environ.setdefault("NEURON_EMU_XLA_CACHE", os.path.join(_CACHE_DIR, "neuron-emu-xla"))
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -75,6 +86,8 @@ def pytest_configure(config):
 def pytest_unconfigure(config):
     if _NEURON_INSTANCE is not None:
         shutil.rmtree(_neuron_instance_dir(_NEURON_INSTANCE), ignore_errors=True)
+    if _CACHE_DIR is not None:
+        shutil.rmtree(_CACHE_DIR, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

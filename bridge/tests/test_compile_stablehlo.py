@@ -211,6 +211,44 @@ def test_a_second_process_hits_the_compile_cache(tmp_path):
     assert lines[0] >= 1 and lines[1] == lines[0], lines
 
 
+WARM_CHILD = textwrap.dedent("""
+    import sys, torch, torch_hal
+    from torch_hal import graph_compiler
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.LayerNorm(8),
+                                torch.nn.GELU()).to("neuron")
+    x = torch.randn(4, 8, device="neuron", requires_grad=True)
+    y = torch.compile(model)(x)
+    y.square().sum().backward()
+    print("VALUES", y.sum().item(), x.grad.sum().item())
+    print("TORCH_MLIR", "torch_mlir" in sys.modules)
+""")
+
+
+@pytest.mark.own_backend_trainium
+def test_a_second_process_reads_lowerings_and_executables_back(tmp_path):
+    """On the emulator (no Neuron compiler): the second process lowers nothing (torch-mlir is
+    not even imported) and compiles nothing (the executor's cache gains no entry), and computes
+    the same values."""
+    env = dict(os.environ, TORCH_HAL_BACKEND="trainium",
+               TORCH_HAL_STABLEHLO_CACHE=str(tmp_path / "stablehlo"),
+               NEURON_EMU_XLA_CACHE=str(tmp_path / "xla"),
+               NEURON_EMU_INSTANCE_ID=f"warm-{os.getpid()}")
+    env.pop("NEURON_CC", None)
+    runs = []
+    for _ in range(2):
+        r = subprocess.run([sys.executable, "-c", WARM_CHILD], env=env, capture_output=True,
+                           text=True, timeout=600)
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+        lines = dict(line.split(" ", 1) for line in r.stdout.splitlines() if " " in line)
+        runs.append((lines["VALUES"], lines["TORCH_MLIR"],
+                     sorted(p.name for p in (tmp_path / "xla").rglob("*.xla"))))
+    (values, first_imported, first_entries), (again, second_imported, second_entries) = runs
+    assert first_imported == "True" and second_imported == "False"
+    assert first_entries and second_entries == first_entries
+    assert again == values
+
+
 class RMSNorm(torch.nn.Module):
     def __init__(self, d):
         super().__init__()

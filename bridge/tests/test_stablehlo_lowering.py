@@ -6,8 +6,11 @@ XLA CPU client (run_with_jax) against the eager result of the same graph.
 """
 
 import importlib.util
+import json
 import os
+import sys
 import time
+import types
 
 import pytest
 import torch
@@ -18,10 +21,16 @@ pytestmark = pytest.mark.own_backend
 
 
 def _load():
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "torch_hal",
-                        "stablehlo.py")
-    spec = importlib.util.spec_from_file_location("torch_hal_stablehlo_under_test", path)
+    # The source tree's files, as a package of their own whose __init__ is not run (it would
+    # load the extension): stablehlo.py's relative imports find its siblings there.
+    directory = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "torch_hal")
+    package = types.ModuleType("torch_hal_under_test")
+    package.__path__ = [directory]
+    sys.modules[package.__name__] = package
+    spec = importlib.util.spec_from_file_location(f"{package.__name__}.stablehlo",
+                                                  os.path.join(directory, "stablehlo.py"))
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
 
@@ -308,6 +317,98 @@ def test_cache_key():
     assert len(a.cache_key) == 64
     assert a.mlir == b.mlir and a.cache_key == b.cache_key  # the name is not in the key
     assert c.cache_key != a.cache_key
+
+
+def _cache_files(directory):
+    return sorted(p for p in directory.rglob("*.json"))
+
+
+def test_lowerings_are_cached_on_disk(tmp_path, monkeypatch):
+    """A lowering another process made is read back, not redone: equal to the fresh one, under
+    the caller's name; other shapes are other entries; a mutated input keeps its alias."""
+    monkeypatch.setenv("TORCH_HAL_STABLEHLO_CACHE", str(tmp_path))
+
+    def f(x, y):
+        x.add_(y)
+        return x * y
+
+    entry = _capture(f, torch.randn(3, 4), torch.randn(3, 4), keep_mutations=True)[0]
+    fresh = shlo.lower(entry["gm"], entry["example"], name="first")
+    assert len(_cache_files(tmp_path)) == 1
+
+    def no_torch_mlir():
+        raise AssertionError("lowered again instead of read from the cache")
+
+    monkeypatch.setattr(shlo, "_torch_mlir", no_torch_mlir)
+    again = _capture(f, torch.randn(3, 4), torch.randn(3, 4), keep_mutations=True)[0]
+    cached = shlo.lower(again["gm"], again["example"], name="second")
+    assert cached.name == "second"
+    assert (cached.mlir, cached.input_specs, cached.output_specs, cached.aliases,
+            cached.cache_key) == (fresh.mlir, fresh.input_specs, fresh.output_specs,
+                                  fresh.aliases, fresh.cache_key)
+    other = _capture(f, torch.randn(3, 5), torch.randn(3, 5), keep_mutations=True)[0]
+    with pytest.raises(AssertionError, match="lowered again"):
+        shlo.lower(other["gm"], other["example"])
+
+
+def test_lowering_errors_are_cached_and_bad_entries_redone(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_HAL_STABLEHLO_CACHE", str(tmp_path))
+
+    def f(x):
+        return torch.fmod(x.sin(), 0.7)  # no StableHLO lowering of aten.fmod.Scalar
+
+    entry = _capture(f, torch.randn(4))[0]
+    with pytest.raises(shlo.LoweringError, match="^one: .*fmod"):
+        shlo.lower(entry["gm"], entry["example"], name="one")
+    (path,) = _cache_files(tmp_path)
+    real = shlo._torch_mlir
+    monkeypatch.setattr(shlo, "_torch_mlir", lambda: pytest.fail("lowered again"))
+    with pytest.raises(shlo.LoweringError, match="^two: .*fmod"):  # the cached verdict
+        shlo.lower(entry["gm"], entry["example"], name="two")
+    monkeypatch.setattr(shlo, "_torch_mlir", real)
+
+    def g(x):
+        return x.sin() * 2
+
+    good = _capture(g, torch.randn(4))[0]
+    path.unlink()
+    fresh = shlo.lower(good["gm"], good["example"])
+    (path,) = _cache_files(tmp_path)
+    path.write_text("{not json")
+    assert shlo.lower(good["gm"], good["example"]).mlir == fresh.mlir
+    assert json.loads(path.read_text())["mlir"] == fresh.mlir  # rewritten
+
+
+def test_partitions_are_cached_on_disk(tmp_path, monkeypatch):
+    """A graph partitioned before (in any process) is split the same way again from the cache:
+    no operator probed, no region lowered by torch-mlir; the report is the same."""
+    monkeypatch.setenv("TORCH_HAL_STABLEHLO_CACHE", str(tmp_path))
+    monkeypatch.setattr(shlo._Lowerable, "_cache", {})  # this process's verdicts: none yet
+
+    def f(x, w):
+        y = torch.fmod((x @ w).sin() * 3, 0.7)  # aten.fmod.Scalar does not lower
+        return (y.exp() + x.sum(-1, keepdim=True)).tanh()
+
+    x, w = torch.randn(4, 6), torch.randn(6, 6)
+    entry = _capture(f, x, w)[0]
+    _, first = shlo.partition(entry["gm"], entry["example"], executor=shlo.run_with_jax)
+    monkeypatch.setattr(shlo._Lowerable, "_cache", {})
+    monkeypatch.setattr(shlo, "_torch_mlir", lambda: pytest.fail("lowered by torch-mlir"))
+    monkeypatch.setattr(shlo._Lowerable, "probe",
+                        staticmethod(lambda node: pytest.fail(f"probed {node}")))
+    again = _capture(f, x, w)[0]
+    split, second = shlo.partition(again["gm"], again["example"], executor=shlo.run_with_jax)
+    assert second == first and "fmod" in second.reasons["aten.fmod.Scalar"]
+    (out,) = split(x, w)
+    assert torch.allclose(out, f(x, w), atol=1e-5)
+
+
+def test_lowering_cache_off(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_HAL_STABLEHLO_CACHE", "0")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    entry = _capture(lambda x: x.cos() + 1, torch.randn(4))[0]
+    shlo.lower(entry["gm"], entry["example"])
+    assert not list(tmp_path.rglob("*"))
 
 
 class _RMSNorm(nn.Module):

@@ -22,7 +22,10 @@ step draws the same numbers as the eager one. Mutated inputs (optimizer state, b
 results the module declares must-alias: the program writes them in place.
 
 Each compiled function's partition is reported once: :func:`reports` and the ``torch_hal`` log
-(``TORCH_LOGS=torch_hal``). Shapes are static, as on Neuron: the first compilation turns off
+(``TORCH_LOGS=torch_hal``); :func:`compile_seconds` says how long lowering and program creation
+took. Lowerings are kept on disk (``torch_hal._lowering_cache``, ``TORCH_HAL_STABLEHLO_CACHE``) and
+the backend keeps compiled programs (NEFFs; the emulator's XLA executables), so a new process
+compiling the same graphs reads both back. Shapes are static, as on Neuron: the first compilation turns off
 Dynamo's automatic dynamic shapes, so a new shape recompiles under Dynamo's guards.
 
 Requirements: torch-mlir (lowering) and, on the libnrt emulator, jax/jaxlib (its executor).
@@ -36,18 +39,23 @@ generator, as before; ``backend="neuron"`` still compiles here).
 import logging
 import os
 import threading
+import time
 import warnings
 
 import torch
 
 from . import _C, programs
 
-__all__ = ["DeviceExecutor", "compile_graph", "install", "reports", "supported"]
+__all__ = ["DeviceExecutor", "compile_graph", "compile_seconds", "install", "reports",
+           "supported"]
 
 log = logging.getLogger("torch_hal")
 
 _lock = threading.Lock()
 _reports = []  # (function name, graph kind, PartitionReport)
+# Seconds spent compiling: partitioning and lowering (torch-mlir, or the lowering cache) and
+# creating the device's programs (the backend's compile, or its cache).
+_seconds = {"lowering": 0.0, "programs": 0.0}
 _executors = {}  # device index -> DeviceExecutor
 _warned = set()
 # Tensors one HAL launch passes (HAL_KERNEL_ARGS_MAX): larger regions run as several programs.
@@ -81,6 +89,13 @@ def reports():
         return list(_reports)
 
 
+def compile_seconds():
+    """``{"lowering": s, "programs": s}``: the time this process spent partitioning and
+    lowering graphs, and creating their device programs (on first use), so far."""
+    with _lock:
+        return dict(_seconds)
+
+
 class DeviceExecutor:
     """Runs :class:`torch_hal.stablehlo.LoweredGraph` modules as HAL programs on one device."""
 
@@ -92,10 +107,13 @@ class DeviceExecutor:
         """The module's ``main`` on the device, created on first use."""
         entry = self._kernels.get(lowered.cache_key)
         if entry is None:
+            start = time.perf_counter()
             program = programs.Program(lowered.mlir.encode(), "stablehlo",
                                        device=self.device_index)
             entry = (program, program.kernel("main"))
             self._kernels[lowered.cache_key] = entry
+            with _lock:
+                _seconds["programs"] += time.perf_counter() - start
         return entry[1]
 
     def __call__(self, lowered, inputs):
@@ -167,10 +185,12 @@ def _graph_compiler(name, kind, device_index):
     from . import stablehlo
 
     def compile_one(gm, example_inputs):
+        start = time.perf_counter()
         split, report = stablehlo.partition(gm, example_inputs, executor=_executor(device_index),
                                             max_tensors=_MAX_TENSORS)
         with _lock:
             _reports.append((name, kind, report))
+            _seconds["lowering"] += time.perf_counter() - start
         log.info("torch.compile %s (%s graph) on %s:%d: %s", name, kind, _device_type(),
                  device_index, report)
         return make_boxed_func(split)

@@ -32,11 +32,14 @@ Requirements: torch-mlir (20261001, the wheel built for torch 2.13) for lowering
 import collections
 import dataclasses
 import hashlib
+import importlib.util
 import operator
 import threading
 
 import torch
 import torch.fx
+
+from . import _lowering_cache
 
 __all__ = ["LoweredGraph", "LoweredSubmodule", "LoweringError", "PartitionReport", "TensorSpec",
            "compile_with_jax", "is_available", "lower", "partition", "run_with_jax"]
@@ -130,17 +133,17 @@ class LoweredGraph:
 
 
 def is_available():
-    """Whether lowering and the host runner can work here: ``(True, "")`` or ``(False, why)``."""
-    try:
-        import torch_mlir.fx  # noqa: F401
-    except Exception as exc:
-        return False, f"torch-mlir is not installed ({_TORCH_MLIR_HINT}): {exc}"
-    try:
-        import jax  # noqa: F401
-        from jax._src import xla_bridge  # noqa: F401
-        from jax._src.lib import xla_client  # noqa: F401
-    except Exception as exc:
-        return False, f"jax is not installed ({_JAX_HINT}): {exc}"
+    """Whether lowering and the host runner can work here: ``(True, "")`` or ``(False, why)``.
+    Looks the packages up without importing them (importing both takes about two seconds,
+    which a process whose lowerings all come from the cache never needs)."""
+    for package, hint, label in (("torch_mlir", _TORCH_MLIR_HINT, "torch-mlir"),
+                                 ("jax", _JAX_HINT, "jax"), ("jaxlib", _JAX_HINT, "jaxlib")):
+        try:
+            found = importlib.util.find_spec(package) is not None
+        except (ImportError, ValueError) as exc:
+            return False, f"{label} cannot be found ({hint}): {exc}"
+        if not found:
+            return False, f"{label} is not installed ({hint})"
     return True, ""
 
 
@@ -165,9 +168,12 @@ def _val(node):
 
 
 def _ensure_metadata(gm, example_inputs):
-    """Fills ``meta['val']`` by fake propagation where the graph lacks it (AOT graphs have it)."""
+    """Fills ``meta['val']`` by fake propagation where the graph lacks it (AOT graphs have it,
+    but for the higher-order operators that replay RNG state and their getitems)."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    if all("val" in n.meta for n in gm.graph.nodes if n.op not in ("output", "get_attr")):
+    missing = [n for n in gm.graph.nodes if n.op not in ("output", "get_attr")
+               and "val" not in n.meta]
+    if not missing or _propagate_missing(missing):
         return
     if example_inputs is None or len(example_inputs) != len(placeholders):
         raise LoweringError("the graph has no shape metadata and example_inputs do not match "
@@ -180,6 +186,35 @@ def _ensure_metadata(gm, example_inputs):
     fakes = [mode.from_tensor(x) if isinstance(x, torch.Tensor) and not isinstance(x, FakeTensor)
              else x for x in example_inputs]
     FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
+
+
+def _propagate_missing(missing):
+    """Computes ``meta['val']`` of the ``missing`` call_function nodes alone (in graph order),
+    from their arguments' values under the graph's fake mode: a few nodes, where propagating the
+    whole graph costs a tenth of a second per AOT graph. False when that cannot be done."""
+    import torch.utils._pytree as pytree
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    absent = object()
+    mode = None
+    for node in missing[0].graph.nodes:
+        val = node.meta.get("val")
+        if isinstance(val, FakeTensor):
+            mode = val.fake_mode
+            break
+    if mode is None or any(n.op != "call_function" for n in missing):
+        return False
+    for node in missing:
+        args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs),
+                                             lambda a: a.meta.get("val", absent))
+        if any(v is absent for v in pytree.tree_leaves((args, kwargs))):
+            return False
+        try:
+            with mode:
+                node.meta["val"] = node.target(*args, **kwargs)
+        except Exception:  # noqa: BLE001 - the whole graph is propagated instead
+            return False
+    return True
 
 
 def _spec(val, what):
@@ -415,8 +450,70 @@ def lower(gm, example_inputs=None, *, name="main"):
     module text or the cache key. Raises :class:`LoweringError` if torch-mlir cannot lower the
     graph. Returns a :class:`LoweredGraph`.
     """
-    tmfx, ir, fx_importer, PassManager = _torch_mlir()
     _ensure_metadata(gm, example_inputs)
+    key = _lowering_cache.graph_key(gm)
+    entry = _lowering_cache.lookup(key)
+    if entry is not None:
+        cached = _from_cache_entry(entry, name)
+        if isinstance(cached, LoweringError):
+            raise cached
+        if cached is not None:
+            return cached
+    tools = _torch_mlir()  # not installed: an error of this process, not of the graph
+    try:
+        lowered = _lower(gm, name, *tools)
+    except LoweringError as exc:
+        _lowering_cache.store(key, {"name": name, "error": str(exc)})
+        raise
+    _lowering_cache.store(key, _cache_entry(lowered))
+    return lowered
+
+
+def _spec_entry(spec):
+    return None if spec is None else [str(spec.dtype), list(spec.shape), str(spec.graph_dtype)]
+
+
+def _spec_from_entry(entry):
+    if entry is None:
+        return None
+    dtype, shape, graph_dtype = entry
+    return TensorSpec(_dtype(dtype), tuple(shape), _dtype(graph_dtype))
+
+
+def _dtype(text):
+    dtype = getattr(torch, text.replace("torch.", ""), None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"not a dtype: {text}")
+    return dtype
+
+
+def _cache_entry(lowered):
+    return {"mlir": lowered.mlir, "input_specs": [_spec_entry(s) for s in lowered.input_specs],
+            "output_specs": [_spec_entry(s) for s in lowered.output_specs],
+            "aliases": [list(a) for a in lowered.aliases]}
+
+
+def _from_cache_entry(entry, name):
+    """The LoweredGraph (named ``name``) or LoweringError an entry of the lowering cache holds;
+    None for an entry that does not read as either."""
+    try:
+        if "error" in entry:
+            message, was = entry["error"], entry["name"] + ": "
+            return LoweringError(name + ": " + message[len(was):] if message.startswith(was)
+                                 else message)
+        input_specs = tuple(_spec_from_entry(s) for s in entry["input_specs"])
+        output_specs = tuple(_spec_from_entry(s) for s in entry["output_specs"])
+        aliases = tuple((int(i), int(r)) for i, r in entry["aliases"])
+        text = entry["mlir"]
+        return LoweredGraph(name=name, mlir=text, input_specs=input_specs,
+                            output_specs=output_specs, aliases=aliases,
+                            cache_key=_cache_key(text, input_specs, output_specs, aliases))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _lower(gm, name, tmfx, ir, fx_importer, PassManager):
+    """:func:`lower` itself, through torch-mlir (``gm`` has its metadata)."""
     fgm, graph_outputs, mutations = _functional_graph(gm)
     placeholders = [n for n in fgm.graph.nodes if n.op == "placeholder"]
     input_specs = tuple(_spec(_val(p), f"input {i} ({p.name})")
@@ -675,6 +772,21 @@ def _op_nodes(graph):
             if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)]
 
 
+def _known_partitions(work, names):
+    """The partitions ``names`` (lists of node names) lists, as the partitioner's Partition
+    objects over ``work``'s nodes; None when there are none or they do not fit the graph."""
+    from torch.fx.passes.infra.partitioner import Partition
+
+    if not isinstance(names, list):
+        return None
+    nodes = {n.name: n for n in work.graph.nodes}
+    try:
+        return [Partition(id=i, nodes=[nodes[name] for name in part])
+                for i, part in enumerate(names)]
+    except (KeyError, TypeError):
+        return None
+
+
 def partition(gm, example_inputs=None, *, executor=None, prefix="lowered_", max_tensors=None):
     """Splits ``gm`` into StableHLO-lowered regions and eager nodes.
 
@@ -688,22 +800,42 @@ def partition(gm, example_inputs=None, *, executor=None, prefix="lowered_", max_
     from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
     from torch.fx.passes.operator_support import OperatorSupportBase
 
-    _torch_mlir()
+    if importlib.util.find_spec("torch_mlir") is None:
+        raise LoweringError(f"torch-mlir is not installed ({_TORCH_MLIR_HINT})")
     _ensure_metadata(gm, example_inputs)
     support = _Lowerable()
+    # An earlier partition of this graph (this process or another): its verdicts by node, and
+    # the partitions they made, which the partitioner then need not propose again.
+    partition_key = "partition-" + _lowering_cache.graph_key(gm)
+    known = _lowering_cache.lookup(partition_key) or {}
+    known_supported = known.get("supported", {})
+    known_partitions = known.get("partitions")
+    if isinstance(known.get("reasons"), dict):
+        support.reasons.update(known["reasons"])
+    decided = {}
 
     class Support(OperatorSupportBase):
         def is_node_supported(self, submodules, node):
-            return support.is_node_supported(submodules, node)
+            ok = known_supported.get(node.name)
+            if not isinstance(ok, bool) or node.name in support.exact_unsupported:
+                ok = support.is_node_supported(submodules, node)
+            decided[node.name] = ok
+            return ok
 
     total_nodes = len(_op_nodes(gm.graph))
     for _attempt in range(total_nodes + 1):  # one pass is the rule; each retry keeps nodes out
+        decided.clear()
         graph = torch.fx.Graph()
         out = graph.graph_copy(gm.graph, {})
         graph.output(out)
         work = torch.fx.GraphModule(gm, graph)
         partitioner = CapabilityBasedPartitioner(work, Support(), allows_single_node_partition=True)
-        split = partitioner.partition_and_fuse(prefix=prefix)
+        partitions = _known_partitions(work, known_partitions) if _attempt == 0 else None
+        from_cache = partitions is not None
+        if partitions is None:
+            partitions = partitioner.propose_partitions()
+        proposed = [[n.name for n in p.nodes] for p in partitions]
+        split = partitioner.fuse_partitions(partitions, prefix=prefix)
         failed = []
         for node in list(split.graph.nodes):
             if node.op != "call_module" or not node.target.startswith(prefix):
@@ -734,6 +866,9 @@ def partition(gm, example_inputs=None, *, executor=None, prefix="lowered_", max_
                                                f"lowers alone, not in its region: {exc}")
     else:
         raise LoweringError("partitioning did not settle: " + str(failed[0][1]))
+    if not from_cache:
+        _lowering_cache.store(partition_key, {"supported": decided, "reasons": support.reasons,
+                                              "partitions": proposed})
 
     lowered_nodes, eager = 0, collections.Counter()
     for node in split.graph.nodes:
