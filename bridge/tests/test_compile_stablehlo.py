@@ -5,9 +5,12 @@ neuronx-cc would be given them) graphs are lowered with torch-mlir and run as HA
 the cpu backend (Inductor's C++ kernels) these tests are not collected. Each compares against
 the same model run eagerly on the device: forward, backward, optimizer steps, a mutated input,
 dropout, an op torch-mlir cannot lower, a recompilation on a new shape, the backend="neuron"
-spelling, and a second process hitting the NEFF cache.
+spelling, a second process hitting the NEFF cache (and, on the emulator, the lowering and
+executable caches), and 40 training steps of GPT-2 and a Llama-style block against CPU
+Inductor's own deviation from eager.
 """
 
+import copy
 import os
 import subprocess
 import sys
@@ -332,6 +335,47 @@ def test_models_lower_and_train_as_eager(device, name):
     lowered, total = sum(r.lowered for r in reports), sum(r.total for r in reports)
     assert {k for _, k, _ in _lowered_reports(before)} == {"forward", "backward"}
     assert lowered / total >= 0.95, [str(r) for r in reports]
+
+
+def _forty_steps(name, base, data, device, compiled, autocast):
+    _fresh()
+    model = copy.deepcopy(base).to(device)
+    fn = torch.compile(model) if compiled else model
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    losses = []
+    for x in data:
+        x = x.to(device)
+        opt.zero_grad()
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+            y = fn(x).float()
+            loss = (F.cross_entropy(y.flatten(0, 1), x.flatten()) if name == "gpt2"
+                    else y.pow(2).mean())
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+@pytest.mark.parametrize("name", ["llama_block_bf16", "gpt2"])
+def test_forty_steps_stay_within_twice_cpu_inductors_deviation(device, name):
+    """40 AdamW steps of a transformers GPT-2 and of a Llama-style block under bf16 autocast,
+    compiled on the device: the losses' largest relative deviation from CPU eager is at most
+    twice CPU Inductor's own (compiled on the CPU, same weights and batches, same run)."""
+    torch.manual_seed(0)
+    if name == "gpt2":
+        base, autocast = _gpt2(), False
+        data = [torch.randint(0, 128, (4, 16)) for _ in range(40)]
+    else:
+        base, autocast = LlamaBlock(), True
+        data = [torch.randn(4, 16, 64) for _ in range(40)]
+    cpu = torch.device("cpu")
+    eager = _forty_steps(name, base, data, cpu, False, autocast)
+    runs = {"cpu inductor": _forty_steps(name, base, data, cpu, True, autocast),
+            "device": _forty_steps(name, base, data, device, True, autocast)}
+    deviation = {k: max(abs(a - e) / abs(e) for a, e in zip(v, eager)) for k, v in runs.items()}
+    print(f"{name}: largest relative deviation from cpu eager over 40 steps: {deviation}")
+    assert eager[-1] < eager[0]  # it trains
+    assert deviation["device"] <= 2 * deviation["cpu inductor"], deviation
 
 
 def test_a_missing_package_warns_once_and_goes_to_inductor(device_type, device, monkeypatch):
