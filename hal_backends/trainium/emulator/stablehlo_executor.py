@@ -291,10 +291,13 @@ class Executor:
             text = f"{type(e).__name__}: {e}"
             return (BAD_INPUT if "INVALID_ARGUMENT" in text else ERROR), text
         for (offset, size), result in zip(slots[len(inputs):], results):
-            data = np.ascontiguousarray(np.asarray(result)).tobytes()
-            if len(data) != size:
-                return ERROR, f"a result has {len(data)} bytes where {size} are expected"
-            self.region[offset:offset + size] = data
+            data = np.ascontiguousarray(np.asarray(result)).reshape(-1).view(np.uint8)
+            if data.size != size:
+                return ERROR, f"a result has {data.size} bytes where {size} are expected"
+            # Written in place: one copy, and no reference to the region stays behind.
+            target = np.frombuffer(self.region, dtype=np.uint8, count=size, offset=offset)
+            target[:] = data
+            del target
         return None
 
 
