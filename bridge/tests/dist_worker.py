@@ -433,8 +433,43 @@ def fsdp2_compile():
     close()
 
 
+def profiled_collectives():
+    """torch.profiler records the process group's collectives as it records NCCL's: a
+    record_param_comms op per call with the collective's name, element counts, dtype, group
+    and size, in key_averages() and in the exported Chrome trace."""
+    import json
+    import tempfile
+
+    from torch.profiler import ProfilerActivity, profile
+
+    device = setup()
+    x = torch.ones(1000, device=device)
+    gathered = torch.empty(1000 * WORLD, device=device)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        dist.all_reduce(x)
+        dist.all_gather_into_tensor(gathered, x)
+        torch.accelerator.synchronize()
+    assert x.cpu().eq(WORLD).all()
+    names = {e.key for e in prof.key_averages()}
+    assert "record_param_comms" in names, sorted(names)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "trace.json")
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            events = json.load(f)["traceEvents"]
+    comms = [e["args"] for e in events if e.get("name") == "record_param_comms"]
+    by_name = {a.get("Collective name"): a for a in comms}
+    assert {"allreduce", "all_gather_into_tensor"} <= set(by_name), comms
+    allreduce = by_name["allreduce"]
+    assert allreduce["In msg nelems"] == 1000 and allreduce["Out msg nelems"] == 1000, allreduce
+    assert allreduce["dtype"] == "Float" and allreduce["Group size"] == WORLD, allreduce
+    assert by_name["all_gather_into_tensor"]["Out msg nelems"] == 1000 * WORLD
+    ok("profiled_collectives")
+    close()
+
+
 SCENARIOS = {f.__name__: f for f in (collectives, ddp, dead_peer, stuck_peer, local_rank_device,
-                                     fsdp2_compile)}
+                                     fsdp2_compile, profiled_collectives)}
 
 if __name__ == "__main__":
     SCENARIOS[sys.argv[1]]()

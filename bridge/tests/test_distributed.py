@@ -188,6 +188,11 @@ def test_fsdp2_with_compile_matches_cpu(tmp_path):
 
 
 @pytest.mark.own_backend
+def test_profiler_records_collectives(tmp_path):
+    check_ok(launch("profiled_collectives", tmp_path), ["default_backend", "profiled_collectives"])
+
+
+@pytest.mark.own_backend
 def test_device_of_local_rank(tmp_path):
     check_ok(launch("local_rank_device", tmp_path), ["local_rank_device"])
 

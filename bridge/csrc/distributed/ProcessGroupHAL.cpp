@@ -9,6 +9,7 @@
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/ParamCommsUtils.hpp>
 
 #include <atomic>
 
@@ -75,6 +76,20 @@ ProcessGroupHAL::run(c10d::OpType type, const char *what, c10::Device device,
                      std::chrono::milliseconds timeout, const Enqueue &enqueue, const After &after)
 {
     std::lock_guard<std::recursive_mutex> lock(mutex_);
+    // torch.profiler sees the call as it sees NCCL's (a record_param_comms op: collective,
+    // element counts, dtype, group, rank, size). The group's global ranks are not known here:
+    // start and stride are -1.
+    int64_t in_elems = 0, out_elems = 0;
+    for (const at::Tensor &t : inputs)
+        in_elems += t.numel();
+    for (const at::Tensor &t : outputs)
+        out_elems += t.numel();
+    const at::ScalarType dtype = !inputs.empty()    ? inputs[0].scalar_type()
+                                 : !outputs.empty() ? outputs[0].scalar_type()
+                                                    : at::kByte;
+    RECORD_PARAM_COMMS_DATA(profiled_seq_++, std::make_tuple(getGroupUid(), getGroupDesc()), inputs,
+                            outputs, rank_, std::string(what), in_elems, out_elems, dtype,
+                            std::vector<int64_t>(), std::vector<int64_t>(), -1, -1, size_);
     const bool coalesced = coalescing_.active;
     if (coalesced) {
         TORCH_CHECK(coalescing_.thread == std::this_thread::get_id(),

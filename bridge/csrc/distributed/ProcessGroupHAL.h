@@ -189,6 +189,7 @@ class ProcessGroupHAL : public c10d::Backend
     c10::intrusive_ptr<c10d::Store> store_;
     std::chrono::milliseconds timeout_;
     std::string group_name_;
+    int64_t profiled_seq_ = 0;           // collectives issued, as torch.profiler numbers them
     mutable std::recursive_mutex mutex_; // one thread at a time in the communicator
     std::shared_ptr<CommState> comm_;
 

@@ -95,6 +95,18 @@ hal_allocator_stats_t allocatorStats(hal_allocator_t a)
 PerDeviceAllocators *g_device_allocators = nullptr;
 PerDeviceAllocators *g_host_allocators = nullptr;
 
+// Tells torch.profiler (profile_memory=True) that `bytes` were allocated (freed: negative) at
+// ptr on the device, with the allocator's totals afterwards. Only called while it records.
+void reportToProfiler(hal_allocator_t a, void *ptr, int64_t bytes, c10::DeviceIndex index)
+{
+    auto stats = halStruct<hal_allocator_stats_t>();
+    if (hal_allocator_get_stats(a, &stats) != HAL_OK)
+        return;
+    c10::reportMemoryUsageToProfiler(ptr, bytes, static_cast<size_t>(stats.allocated_bytes),
+                                     static_cast<size_t>(stats.reserved_bytes),
+                                     c10::Device(kDeviceType, index));
+}
+
 void freeDeviceBlock(void *ptr)
 {
     if (ptr == nullptr)
@@ -106,7 +118,12 @@ void freeDeviceBlock(void *ptr)
         warnHalError(HAL_ERROR_INVALID_ARGUMENT, "freeing device memory of an unknown device");
         return;
     }
+    size_t size = 0;
+    bool report =
+        c10::memoryProfilingEnabled() && hal_allocator_get_block(a, ptr, nullptr, &size) == HAL_OK;
     TORCH_HAL_WARN_ON_ERROR(hal_allocator_free(a, ptr));
+    if (report)
+        reportToProfiler(a, ptr, -static_cast<int64_t>(size), index);
 }
 
 void freeHostBlock(void *ptr)
@@ -408,6 +425,8 @@ c10::DataPtr allocateDeviceMemory(c10::DeviceIndex index, size_t n, c10::Device 
     if (n > 0) {
         hal_allocator_t a = g_device_allocators->get(index);
         TORCH_HAL_CHECK(hal_allocator_alloc(a, n, currentHalStream(index), &ptr));
+        if (c10::memoryProfilingEnabled()) // a thread-local check while nothing records
+            reportToProfiler(a, ptr, static_cast<int64_t>(n), index);
     }
     return { ptr, ptr, &freeDeviceBlock, report_device };
 }
