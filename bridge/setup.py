@@ -168,6 +168,9 @@ def _extension():
     ext.include_dirs = [d for d in ext.include_dirs if d not in torch_includes]
     for path in include_paths():
         cxx_flags += ["-isystem", path]
+    # torch.profiler's device rows (csrc/runtime/KinetoProfiler.cpp): libkineto's interfaces,
+    # shipped with the wheel, whose registration macro exists only with USE_KINETO.
+    cxx_flags += ["-isystem", os.path.join(include_paths()[0], "kineto"), "-DUSE_KINETO"]
     return ext
 
 

@@ -1,5 +1,13 @@
 """torch.profiler on the device: what the bridge reports to PyTorch's profiler.
 
+Device activity (Kineto): with the device's activity requested (ProfilerActivity.PrivateUse1,
+shown under the device's name), every operator that runs on the device is a "kernel" row on
+the device (pid = device index, tid = stream), every copy touching device memory a
+"gpu_memcpy" row (bytes, direction), every launch of a HAL program (torch.compile's kernels) a
+kernel row timed with HAL timing events; each with the host-side call that issued it as a
+"privateuse1_runtime" row, joined by an ac2g flow, and linked to the CPU operator around it
+("External id"), so key_averages() reports device time.
+
 Device memory: the caching allocator reports each allocation and free of device memory
 (c10::reportMemoryUsageToProfiler), so profile_memory=True attributes device memory to the
 operators that allocate it and the exported trace holds the [memory] events of the device.
@@ -41,3 +49,82 @@ def test_nothing_is_reported_while_the_profiler_does_not_record_memory(device):
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         torch.empty(MIB, device=device).add_(1)
     assert all(e.device_memory_usage == 0 for e in prof.key_averages())
+
+
+def _trace(prof, tmp_path):
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+    return json.loads(path.read_text())["traceEvents"]
+
+
+def _check_links(events):
+    """Every device row is linked to a CPU operator, every flow is paired."""
+    cpu_ops = {e["args"]["External id"] for e in events if e.get("cat") == "cpu_op"}
+    device = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    assert device
+    for e in device + [e for e in events if e.get("cat") == "privateuse1_runtime"]:
+        assert e["args"]["External id"] in cpu_ops, e
+    starts = {e["id"] for e in events if e.get("ph") == "s" and e.get("cat") == "ac2g"}
+    finishes = [e["id"] for e in events if e.get("ph") == "f" and e.get("cat") == "ac2g"]
+    assert finishes and sorted(finishes) == sorted(starts)
+    return device
+
+
+def test_device_rows_in_the_kineto_trace(device, host_addressable, tmp_path):
+    x = torch.randn(64, 64, device=device)
+    host = torch.ones(8)
+    activities = [ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]
+    assert ProfilerActivity.PrivateUse1 in torch.profiler.supported_activities()
+    with profile(activities=activities) as prof:
+        y = (x @ x).relu()
+        back = y.cpu()
+        there = host.to(device)
+    assert torch.equal(back, (x.cpu() @ x.cpu()).relu()) and there.device == device
+    events = _trace(prof, tmp_path)
+    device_rows = _check_links(events)
+    stream = torch.get_device_module(device.type).current_stream(device).stream_id
+    kernels = {e["name"]: e for e in device_rows if e["cat"] == "kernel"}
+    assert {"aten::mm", "aten::relu"} <= set(kernels), sorted(kernels)
+    for e in device_rows:
+        assert e["pid"] == device.index and e["tid"] == stream == e["args"]["stream"], e
+    copies = {e["args"]["direction"]: e["args"]["bytes"] for e in device_rows
+              if e["cat"] == "gpu_memcpy" and "staging" not in e["name"]}
+    assert copies == {"DtoH": 64 * 64 * 4, "HtoD": 8 * 4}, copies
+    staging = [e for e in device_rows if "staging" in e["name"]]
+    assert bool(staging) == (not host_addressable)  # staged devices copy around each operator
+    execution = kernels["aten::mm"]["args"]["execution"]
+    assert ("in place" in execution) == host_addressable
+
+    by_key = {}
+    for e in prof.key_averages():
+        by_key.setdefault(e.key, []).append(e)
+    assert max(e.self_device_time_total for e in by_key["aten::mm"]) > 0
+    assert max(e.device_time_total for e in by_key["aten::matmul"]) > 0
+    table = prof.key_averages().table(sort_by="self_device_time_total", row_limit=5)
+    assert "aten::mm" in table
+
+
+def test_compiled_kernels_are_timed_on_the_stream(device, tmp_path):
+    torch._dynamo.reset()
+    fn = torch.compile(lambda a: (a * 2).sin() + 1)
+    x = torch.randn(128, device=device)
+    fn(x)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
+        out = fn(x)
+        torch.accelerator.synchronize()
+    torch.testing.assert_close(out.cpu(), (x.cpu() * 2).sin() + 1)
+    events = _trace(prof, tmp_path)
+    _check_links(events)
+    launches = [e for e in events if e.get("cat") == "privateuse1_runtime"
+                and e["name"] == "hal_kernel_launch"]
+    assert launches, sorted({e.get("name") for e in events if e.get("cat")})
+    ids = {e["args"]["correlation"] for e in launches}
+    kernels = [e for e in events if e.get("cat") == "kernel" and e["args"]["correlation"] in ids]
+    assert kernels and all(e["dur"] >= 0 for e in kernels)
+
+
+def test_no_device_rows_without_the_device_activity(device, tmp_path):
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        (torch.ones(4, device=device) + 1).cpu()
+    cats = {e.get("cat") for e in _trace(prof, tmp_path)}
+    assert not cats & {"kernel", "gpu_memcpy", "privateuse1_runtime"}, cats

@@ -35,6 +35,7 @@
 
 #include "aten/Common.h"
 #include "runtime/Allocator.h"
+#include "runtime/DeviceActivity.h"
 #include "runtime/Register.h"
 
 namespace torch_hal
@@ -172,21 +173,60 @@ class FallbackCall
         for (c10::DeviceIndex d : devices_)
             in_place_ = in_place_ && hostAddressable(d);
         (in_place_ ? g_counters.in_place_calls : g_counters.staged_calls)++;
+        const bool profiled = deviceActivityRecording();
+        int64_t times[4] = {};
+        if (profiled)
+            times[0] = deviceActivityNow();
         setUpMirrors();
         substituteArguments();
+        if (profiled)
+            times[1] = deviceActivityNow();
         try {
             runCpuKernel();
         } catch (...) {
             restoreGenerators();
             throw;
         }
+        if (profiled)
+            times[2] = deviceActivityNow();
         restoreGenerators();
         writeBackMutations();
         convertReturns();
         finishCopies();
+        if (profiled) {
+            times[3] = deviceActivityNow();
+            reportActivity(times);
+        }
     }
 
   private:
+    // torch.profiler: the operator as the device's kernel (it ran between times[1] and [2]),
+    // and on devices staged through host memory the copies before and after it.
+    void reportActivity(const int64_t times[4]) const
+    {
+        c10::DeviceIndex device = target_;
+        if (device < 0 && !devices_.empty())
+            device = *devices_.begin();
+        if (device < 0)
+            return;
+        const c10::Stream stream = currentStream(device);
+        const auto &name = schema_.operator_name();
+        const std::string kernel =
+            name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
+        recordDeviceActivity({ DeviceActivityKind::Kernel, kernel.c_str(), stream, times[1],
+                               times[2], "torch_hal operator", times[0], times[3], 0,
+                               in_place_ ? "in place on host-addressable device memory"
+                                         : "on the host, arguments staged" });
+        if (staged_in_ > 0)
+            recordDeviceActivity({ DeviceActivityKind::Memcpy, "Memcpy DtoH (staging)", stream,
+                                   times[0], times[1], nullptr, 0, 0,
+                                   static_cast<int64_t>(staged_in_), "DtoH" });
+        if (staged_out_ > 0)
+            recordDeviceActivity({ DeviceActivityKind::Memcpy, "Memcpy HtoD (staging)", stream,
+                                   times[2], times[3], nullptr, 0, 0,
+                                   static_cast<int64_t>(staged_out_), "HtoD" });
+    }
+
     const c10::OperatorHandle &op_;
     const c10::FunctionSchema &schema_;
     torch::jit::Stack *stack_;
@@ -213,6 +253,8 @@ class FallbackCall
     bool swap_default_cpu_generator_ = false;
     at::Generator saved_cpu_state_;
     DeviceSet pending_copies_; // devices whose current stream has H2D copies
+    size_t staged_in_ = 0;     // bytes copied from the device for the kernel
+    size_t staged_out_ = 0;    // and back
 
     void addRef(size_t arg, bool write, const at::Tensor &t)
     {
@@ -317,6 +359,7 @@ class FallbackCall
                                                      length, currentHalStream(mirror.index)));
                     staged_devices.insert(mirror.index);
                     g_counters.bytes_staged_in += length;
+                    staged_in_ += length;
                 }
                 cpu = c10::make_intrusive<c10::StorageImpl>(
                     c10::StorageImpl::use_byte_size_t(), length, std::move(buffer), hostAllocator(),
@@ -494,6 +537,7 @@ class FallbackCall
                     hal_memcpy_async(data.get(), impl->data(), nbytes, currentHalStream(target_)));
                 pending_copies_.insert(target_);
                 g_counters.bytes_staged_out += nbytes;
+                staged_out_ += nbytes;
             }
             storage = c10::Storage(c10::make_intrusive<c10::StorageImpl>(
                 c10::StorageImpl::use_byte_size_t(), nbytes, std::move(data), deviceAllocator(),
@@ -629,6 +673,7 @@ class FallbackCall
         TORCH_HAL_CHECK(hal_memcpy_async(dst, src, n, currentHalStream(index)));
         pending_copies_.insert(index);
         g_counters.bytes_staged_out += n;
+        staged_out_ += n;
     }
 
     void convertReturns()

@@ -20,6 +20,7 @@
 
 #include "aten/Common.h"
 #include "runtime/Allocator.h"
+#include "runtime/DeviceActivity.h"
 #include "runtime/Register.h"
 
 namespace torch_hal
@@ -166,20 +167,27 @@ void copyDenseBytes(const at::Tensor &dst, const at::Tensor &src, bool non_block
     const void *src_ptr = src.const_data_ptr();
     bool dst_dev = isDeviceTensor(dst);
     bool src_dev = isDeviceTensor(src);
+    const auto bytes = static_cast<int64_t>(n);
     if (dst_dev && src_dev) {
         c10::DeviceIndex d = dst.device().index();
         c10::DeviceIndex s = src.device().index();
+        StreamActivity activity(DeviceActivityKind::Memcpy, d == s ? "Memcpy DtoD" : "Memcpy PtoP",
+                                currentStream(d), bytes, d == s ? "DtoD" : "PtoP");
         if (d == s)
             TORCH_HAL_CHECK(hal_memcpy_async(dst_ptr, src_ptr, n, currentHalStream(d)));
         else
             peerCopy(dst_ptr, d, src_ptr, s, n);
+        activity.end();
         return;
     }
     const at::Tensor &dev = dst_dev ? dst : src;
     const at::Tensor &host = dst_dev ? src : dst;
     c10::Stream stream = currentStream(dev.device().index());
     hal_stream_t hal_stream = halStream(stream);
+    StreamActivity activity(DeviceActivityKind::Memcpy, dst_dev ? "Memcpy HtoD" : "Memcpy DtoH",
+                            stream, bytes, dst_dev ? "HtoD" : "DtoH");
     TORCH_HAL_CHECK(hal_memcpy_async(dst_ptr, src_ptr, n, hal_stream));
+    activity.end();
     if (non_blocking) {
         const c10::DataPtr &host_data = host.storage().data_ptr();
         if (isHostBlock(host_data)) {

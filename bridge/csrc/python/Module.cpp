@@ -36,6 +36,7 @@ void registerAll()
         registerRnnCells();
         registerAttention();
         registerProfilerStubs();
+        registerKinetoProfiler();
     });
 }
 

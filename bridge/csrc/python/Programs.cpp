@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "python/Programs.h"
+#include "runtime/DeviceActivity.h"
 #include "runtime/Runtime.h"
 
 namespace py = pybind11;
@@ -218,8 +219,10 @@ void launch(uintptr_t kernel_handle, int device_index, int64_t stream_id, py::se
     c10::Stream stream = stream_id < 0 ? currentStream(device)
                                        : c10::Stream(c10::Stream::UNSAFE,
                                                      c10::Device(kDeviceType, device), stream_id);
+    StreamActivity activity(DeviceActivityKind::Kernel, info.name, stream); // torch.profiler
     TORCH_HAL_CHECK(hal_kernel_launch(halStream(stream), kernel, &config, hal_args.data(),
                                       static_cast<uint32_t>(n)));
+    activity.end();
 }
 
 } // namespace

@@ -9,14 +9,15 @@
 namespace torch_hal
 {
 
-void registerGuard();         // DeviceGuardImplInterface (runtime/Guard.cpp)
-void registerHooks();         // allocators, hooks, generators (runtime/Hooks.cpp)
-void registerOperators();     // native kernels (aten/Ops.cpp)
-void registerFallback();      // the boxed CPU fallback (aten/Fallback.cpp)
-void registerAutocast();      // AutocastPrivateUse1 (aten/Autocast.cpp)
-void registerRnnCells();      // the fused LSTM and GRU cells (aten/Rnn.cpp)
-void registerAttention();     // the fused attention kernels (aten/Attention.cpp)
-void registerProfilerStubs(); // the legacy profiler's device hooks (runtime/Profiler.cpp)
+void registerGuard();          // DeviceGuardImplInterface (runtime/Guard.cpp)
+void registerHooks();          // allocators, hooks, generators (runtime/Hooks.cpp)
+void registerOperators();      // native kernels (aten/Ops.cpp)
+void registerFallback();       // the boxed CPU fallback (aten/Fallback.cpp)
+void registerAutocast();       // AutocastPrivateUse1 (aten/Autocast.cpp)
+void registerRnnCells();       // the fused LSTM and GRU cells (aten/Rnn.cpp)
+void registerAttention();      // the fused attention kernels (aten/Attention.cpp)
+void registerProfilerStubs();  // the legacy profiler's device hooks (runtime/Profiler.cpp)
+void registerKinetoProfiler(); // the device in torch.profiler (runtime/KinetoProfiler.cpp)
 
 // Registers everything above once; later calls do nothing.
 void registerAll();

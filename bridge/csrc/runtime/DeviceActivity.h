@@ -1,0 +1,76 @@
+// SPDX-License-Identifier: Apache-2.0
+// The device's activity as torch.profiler shows it (KinetoProfiler.cpp): while a profiler
+// session with the device's activity types records, the bridge reports what ran on the device
+// (operators of the fallback, launches of HAL programs, staging copies), each linked to the CPU
+// operator that issued it.
+#pragma once
+
+#include <c10/core/Device.h>
+#include <c10/core/Stream.h>
+
+#include <cstdint>
+
+#include "runtime/Runtime.h"
+
+namespace torch_hal
+{
+
+enum class DeviceActivityKind {
+    Kernel, // an operator or program on the device
+    Memcpy, // a copy touching device memory
+    Memset,
+};
+
+// Whether a profiler session records the device's activity: one relaxed atomic load, so that
+// callers skip all bookkeeping otherwise. Thread safety: safe.
+bool deviceActivityRecording() noexcept;
+
+// Host clock in nanoseconds since the epoch, the profiler's clock.
+int64_t deviceActivityNow() noexcept;
+
+// One activity of the device, as recordDeviceActivity takes it.
+struct DeviceActivity {
+    DeviceActivityKind kind;
+    const char *name;   // what ran (copied)
+    c10::Stream stream; // where it ran
+    int64_t start_ns;   // when, on the host clock (deviceActivityNow)
+    int64_t end_ns;
+    // The host-side call that issued it (a runtime row on the calling thread); call == nullptr:
+    // none of its own (it belongs to the call of an activity recorded with it).
+    const char *call;
+    int64_t call_start_ns;
+    int64_t call_end_ns;
+    int64_t bytes;      // copies: bytes copied
+    const char *detail; // a short note shown with it, or null (a string literal)
+};
+
+// Records an activity that ran on the device (an operator the fallback ran in place or staged,
+// a staging copy), issued by the calling thread's current CPU operator. Ignored unless
+// recording. Thread safety: safe.
+void recordDeviceActivity(const DeviceActivity &activity);
+
+// An activity enqueued on a stream (a HAL program launch, a copy), timed by HAL timing events
+// on it: constructed before enqueuing, end() after; its runtime row is the HAL call. The device's
+// times are read when the session stops. Does nothing unless recording, or where the device has no
+// timing events. Not copyable; one thread.
+class StreamActivity
+{
+  public:
+    StreamActivity(DeviceActivityKind kind, const char *name, const c10::Stream &stream,
+                   int64_t bytes = 0, const char *detail = nullptr);
+    void end();
+    ~StreamActivity();
+    StreamActivity(const StreamActivity &) = delete;
+    StreamActivity &operator=(const StreamActivity &) = delete;
+
+  private:
+    DeviceActivityKind kind_;
+    const char *name_;
+    c10::Stream stream_;
+    int64_t bytes_;
+    const char *detail_;
+    int64_t host_start_ = 0;
+    hal_event_t start_ = nullptr;
+};
+
+} // namespace torch_hal
