@@ -436,7 +436,8 @@ def fsdp2_compile():
 def profiled_collectives():
     """torch.profiler records the process group's collectives as it records NCCL's: a
     record_param_comms op per call with the collective's name, element counts, dtype, group
-    and size, in key_averages() and in the exported Chrome trace."""
+    and size, in key_averages() and in the exported Chrome trace, and a kernel row on the
+    device's communication stream linked to it."""
     import json
     import tempfile
 
@@ -445,7 +446,7 @@ def profiled_collectives():
     device = setup()
     x = torch.ones(1000, device=device)
     gathered = torch.empty(1000 * WORLD, device=device)
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
         dist.all_reduce(x)
         dist.all_gather_into_tensor(gathered, x)
         torch.accelerator.synchronize()
@@ -464,6 +465,13 @@ def profiled_collectives():
     assert allreduce["In msg nelems"] == 1000 and allreduce["Out msg nelems"] == 1000, allreduce
     assert allreduce["dtype"] == "Float" and allreduce["Group size"] == WORLD, allreduce
     assert by_name["all_gather_into_tensor"]["Out msg nelems"] == 1000 * WORLD
+    # Their device rows: kernels on the communication stream, linked to record_param_comms.
+    comm_ids = {e["args"]["External id"] for e in events if e.get("name") == "record_param_comms"}
+    rows = {e["name"]: e for e in events if e.get("cat") == "kernel"}
+    assert {"hal_allreduce", "hal_all_gather_into_tensor"} <= set(rows), sorted(rows)
+    allreduce_row = rows["hal_allreduce"]
+    assert allreduce_row["args"]["bytes"] == 4000 and allreduce_row["pid"] == device.index
+    assert allreduce_row["args"]["External id"] in comm_ids, allreduce_row
     ok("profiled_collectives")
     close()
 

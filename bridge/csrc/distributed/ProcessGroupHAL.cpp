@@ -14,6 +14,7 @@
 #include <atomic>
 
 #include "distributed/ProcessGroupHALInternal.h"
+#include "runtime/DeviceActivity.h"
 
 namespace torch_hal
 {
@@ -126,7 +127,15 @@ ProcessGroupHAL::run(c10d::OpType type, const char *what, c10::Device device,
             checkComm(hal_group_begin(), "hal_group_begin");
             coalescing_.group_open = true;
         }
+        // torch.profiler: the collective as a kernel row on the communication stream (a
+        // coalesced group's calls are enqueued together when it ends).
+        const std::string row = std::string("hal_") + what;
+        StreamActivity activity(DeviceActivityKind::Kernel, row.c_str(), comm->stream,
+                                in_elems * static_cast<int64_t>(c10::elementSize(dtype)),
+                                coalesced ? "collective (coalesced: enqueued at the group's end)"
+                                          : "collective");
         enqueue(comm->comm, comm->hal_stream);
+        activity.end();
         if (coalesced) {
             if (after)
                 coalescing_.after.push_back(after);
