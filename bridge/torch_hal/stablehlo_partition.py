@@ -1,0 +1,331 @@
+"""torch.compile on neuron: the partition of a graph into StableHLO regions and eager nodes.
+
+:func:`partition` (re-exported by :mod:`torch_hal.stablehlo`) splits an AOTAutograd graph into
+the regions torch-mlir lowers (:class:`LoweredSubmodule` children, run as lowered programs) and
+the nodes it does not (run eagerly, as in the graph). Whether a node lowers is decided per op by
+lowering a graph of the node alone (:class:`_Lowerable`); random ops never lower. A graph
+partitioned before, in this process or another, is split again from the lowering cache
+(``torch_hal._lowering_cache``): the verdict on every node and the regions.
+"""
+
+import collections
+import dataclasses
+import importlib.util
+import operator
+
+import torch
+import torch.fx
+
+from . import _lowering_cache
+from .stablehlo import (_RANDOM_OP_NAMES, _TORCH_MLIR_HINT, LoweringError, _ensure_metadata,
+                        _val, lower)
+
+__all__ = ["LoweredSubmodule", "PartitionReport", "partition"]
+
+
+def _is_random(target):
+    if not isinstance(target, torch._ops.OpOverload):
+        return False
+    if torch.Tag.nondeterministic_seeded in target.tags:
+        return True
+    return target._schema.name.split("::")[-1] in _RANDOM_OP_NAMES
+
+
+def _op_name(target):
+    if isinstance(target, torch._ops.OpOverload):
+        return str(target)  # "aten.add.Tensor"
+    return getattr(target, "__name__", str(target))
+
+
+def _tensor_key(v):
+    if isinstance(v, torch.Tensor):
+        return (str(v.dtype), v.dim())
+    if isinstance(v, (list, tuple)):
+        return tuple(_tensor_key(x) for x in v)
+    return None
+
+
+def _probe_graph(node):
+    """A graph of ``node`` alone: each node argument a placeholder, each result an output."""
+    graph = torch.fx.Graph()
+    env = {}
+    for arg in node.all_input_nodes:
+        p = graph.placeholder(f"in{len(env)}")
+        p.meta["val"] = _val(arg)
+        env[arg] = p
+    copy_ = graph.node_copy(node, lambda n: env[n])
+    val = _val(node)
+    if isinstance(val, (tuple, list)):
+        outs = []
+        for i, v in enumerate(val):
+            if isinstance(v, torch.Tensor):
+                g = graph.call_function(operator.getitem, (copy_, i))
+                g.meta["val"] = v
+                outs.append(g)
+        graph.output(tuple(outs))
+    else:
+        graph.output((copy_,))
+    return torch.fx.GraphModule(node.graph.owning_module or torch.nn.Module(), graph)
+
+
+class _Lowerable:
+    """Operator support for the partitioner: does torch-mlir lower this node?
+
+    Decided per op by lowering a graph of the node alone, cached per (op, argument dtypes and
+    ranks). Random ops never lower, nor do the nodes named in ``exact_unsupported`` (found not
+    to lower with their own arguments, or only as part of their region).
+    """
+
+    _cache = {}
+
+    def __init__(self):
+        self.exact_unsupported = set()
+        self.reasons = {}
+
+    def is_node_supported(self, submodules, node):
+        if node.op != "call_function" or node.name in self.exact_unsupported:
+            return False
+        if node.target is operator.getitem:
+            src = node.args[0]
+            return isinstance(src, torch.fx.Node) and self.is_node_supported(submodules, src)
+        if not isinstance(node.target, torch._ops.OpOverload):
+            return False
+        if _is_random(node.target):
+            self.reasons[_op_name(node.target)] = ("random op: runs eagerly with the device's "
+                                                   "generator")
+            return False
+        val = _val(node)
+        vals = val if isinstance(val, (tuple, list)) else (val,)
+        if not all(isinstance(v, torch.Tensor) or v is None for v in vals):
+            return False
+        # A tensor without elements has no bytes to bind (a Neuron tensor has at least one):
+        # nodes that take or make one run eagerly, where they cost nothing.
+        touched = list(vals) + [_val(a) for a in node.all_input_nodes]
+        if any(isinstance(v, torch.Tensor) and v.numel() == 0 for v in touched):
+            self.reasons[_op_name(node.target)] = "a tensor without elements (runs eagerly)"
+            return False
+        key = (node.target, tuple(_tensor_key(_val(a)) for a in node.all_input_nodes),
+               _tensor_key(val))
+        if key not in self._cache:
+            self._cache[key] = self.probe(node)
+        ok, why = self._cache[key]
+        if not ok:
+            self.reasons[_op_name(node.target)] = why
+        return ok
+
+    @staticmethod
+    def probe(node):
+        try:
+            lower(_probe_graph(node), name=_op_name(node.target))
+            return True, ""
+        except Exception as exc:
+            return False, str(exc)
+
+
+@dataclasses.dataclass
+class PartitionReport:
+    """What :func:`partition` lowered: counts of op nodes (aten and other operator overloads;
+    getitem and placeholders are not counted), the eager ones by op name, and why they did not
+    lower."""
+
+    total: int
+    lowered: int
+    eager: int
+    eager_ops: dict
+    submodules: list
+    reasons: dict
+
+    @property
+    def lowered_fraction(self):
+        return self.lowered / self.total if self.total else 1.0
+
+    def __str__(self):
+        ops = ", ".join(f"{k} x{v}" for k, v in sorted(self.eager_ops.items())) or "none"
+        return (f"{self.lowered}/{self.total} op nodes lowered "
+                f"({100.0 * self.lowered_fraction:.1f}%) in {len(self.submodules)} submodule(s); "
+                f"{self.eager} eager: {ops}")
+
+
+class LoweredSubmodule(torch.nn.Module):
+    """A region of a partitioned graph: its FX graph and the :class:`LoweredGraph` of it.
+
+    Calling it runs ``executor(lowered, inputs)`` (which returns the graph outputs and updates
+    mutated inputs in place), or the FX graph eagerly while ``executor`` is None. A region whose
+    module would have more than ``max_tensors`` parameters and results (what one HAL launch
+    passes) runs as consecutive pieces instead, each lowered on its own (``chunks``).
+    """
+
+    def __init__(self, graph_module, lowered, executor=None, max_tensors=None):
+        super().__init__()
+        self.graph_module = graph_module
+        self.lowered = lowered
+        self.chunks = None
+        n = len(lowered.input_specs) + len(lowered.result_specs)
+        if max_tensors is not None and n > max_tensors:
+            self.chunks = _split_in_pieces(graph_module, max_tensors)
+        self._executor = None
+        self.executor = executor
+        out = graph_module.graph.output_node().args[0]
+        self._single = not isinstance(out, (tuple, list))
+
+    @property
+    def executor(self):
+        return self._executor
+
+    @executor.setter
+    def executor(self, executor):
+        self._executor = executor
+        if self.chunks is not None:
+            for child in self.chunks.children():
+                child.executor = executor
+
+    def forward(self, *args):
+        if self.executor is None:
+            return self.graph_module(*args)
+        if self.chunks is not None:
+            return self.chunks(*args)
+        outs = self.executor(self.lowered, list(args))
+        return outs[0] if self._single else tuple(outs)
+
+
+def _split_in_pieces(gm, max_tensors):
+    """``gm`` cut in two by node order (each half again while its module is too large), every
+    piece a :class:`LoweredSubmodule`. Raises LoweringError if a single node is too large."""
+    from torch.fx.passes.split_module import split_module
+
+    nodes = _op_nodes(gm.graph)
+    if len(nodes) < 2:
+        raise LoweringError(f"one node ({nodes[0].name if nodes else '?'}) has more than "
+                            f"{max_tensors} tensors: more than one launch passes")
+    half = {n.name: (0 if i < len(nodes) // 2 else 1) for i, n in enumerate(nodes)}
+    last = [0]
+
+    def piece(node):  # getitems and views follow the node before them
+        last[0] = half.get(node.name, last[0])
+        return last[0]
+
+    split = split_module(gm, gm, piece, keep_original_order=True)
+    for name, child in list(split.named_children()):
+        setattr(split, name, LoweredSubmodule(child, lower(child, name=name),
+                                              max_tensors=max_tensors))
+    return split
+
+
+def _op_nodes(graph):
+    return [n for n in graph.nodes
+            if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)]
+
+
+def _known_partitions(work, names):
+    """The partitions ``names`` (lists of node names) lists, as the partitioner's Partition
+    objects over ``work``'s nodes; None when there are none or they do not fit the graph."""
+    from torch.fx.passes.infra.partitioner import Partition
+
+    if not isinstance(names, list):
+        return None
+    nodes = {n.name: n for n in work.graph.nodes}
+    try:
+        return [Partition(id=i, nodes=[nodes[name] for name in part])
+                for i, part in enumerate(names)]
+    except (KeyError, TypeError):
+        return None
+
+
+def partition(gm, example_inputs=None, *, executor=None, prefix="lowered_", max_tensors=None):
+    """Splits ``gm`` into StableHLO-lowered regions and eager nodes.
+
+    Returns ``(split_gm, report)``: ``split_gm`` is a new GraphModule (``gm`` is left as it is)
+    whose lowered regions are :class:`LoweredSubmodule` children named ``<prefix><i>`` (each
+    runs with ``executor``, or eagerly while it is None: set their ``executor`` later to
+    choose; a region whose module would pass more than ``max_tensors`` tensors runs as pieces
+    that each pass fewer), every other node running eagerly as in ``gm``; ``report`` is a
+    :class:`PartitionReport`.
+    """
+    from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+    from torch.fx.passes.operator_support import OperatorSupportBase
+
+    if importlib.util.find_spec("torch_mlir") is None:
+        raise LoweringError(f"torch-mlir is not installed ({_TORCH_MLIR_HINT})")
+    _ensure_metadata(gm, example_inputs)
+    support = _Lowerable()
+    # An earlier partition of this graph (this process or another): its verdicts by node, and
+    # the partitions they made, which the partitioner then need not propose again.
+    partition_key = "partition-" + _lowering_cache.graph_key(gm)
+    known = _lowering_cache.lookup(partition_key) or {}
+    known_supported = known.get("supported", {})
+    known_partitions = known.get("partitions")
+    if isinstance(known.get("reasons"), dict):
+        support.reasons.update(known["reasons"])
+    decided = {}
+
+    class Support(OperatorSupportBase):
+        def is_node_supported(self, submodules, node):
+            ok = known_supported.get(node.name)
+            if not isinstance(ok, bool) or node.name in support.exact_unsupported:
+                ok = support.is_node_supported(submodules, node)
+            decided[node.name] = ok
+            return ok
+
+    total_nodes = len(_op_nodes(gm.graph))
+    for _attempt in range(total_nodes + 1):  # one pass is the rule; each retry keeps nodes out
+        decided.clear()
+        graph = torch.fx.Graph()
+        out = graph.graph_copy(gm.graph, {})
+        graph.output(out)
+        work = torch.fx.GraphModule(gm, graph)
+        partitioner = CapabilityBasedPartitioner(work, Support(), allows_single_node_partition=True)
+        partitions = _known_partitions(work, known_partitions) if _attempt == 0 else None
+        from_cache = partitions is not None
+        if partitions is None:
+            partitions = partitioner.propose_partitions()
+        proposed = [[n.name for n in p.nodes] for p in partitions]
+        split = partitioner.fuse_partitions(partitions, prefix=prefix)
+        failed = []
+        for node in list(split.graph.nodes):
+            if node.op != "call_module" or not node.target.startswith(prefix):
+                continue
+            sub = getattr(split, node.target)
+            try:
+                lowered = lower(sub, name=node.target)
+            except LoweringError as exc:
+                failed.append((sub, exc))
+                continue
+            setattr(split, node.target, LoweredSubmodule(sub, lowered, executor, max_tensors))
+        if not failed:
+            break
+        # A region that does not lower though each op did alone: find the nodes that do not
+        # lower with their own arguments, and keep them out next time.
+        for sub, exc in failed:
+            found = False
+            for n in _op_nodes(sub.graph):
+                ok, why = _Lowerable.probe(n)
+                if not ok:
+                    support.exact_unsupported.add(n.name)
+                    support.reasons[_op_name(n.target)] = why
+                    found = True
+            if not found:  # only the region as a whole fails: run all of it eagerly
+                for n in _op_nodes(sub.graph):
+                    support.exact_unsupported.add(n.name)
+                    support.reasons.setdefault(_op_name(n.target),
+                                               f"lowers alone, not in its region: {exc}")
+    else:
+        raise LoweringError("partitioning did not settle: " + str(failed[0][1]))
+    if not from_cache:
+        _lowering_cache.store(partition_key, {"supported": decided, "reasons": support.reasons,
+                                              "partitions": proposed})
+
+    lowered_nodes, eager = 0, collections.Counter()
+    for node in split.graph.nodes:
+        if node.op == "call_module" and isinstance(getattr(split, node.target),
+                                                   LoweredSubmodule):
+            lowered_nodes += len(_op_nodes(getattr(split, node.target).graph_module.graph))
+        elif node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
+            eager[_op_name(node.target)] += 1
+    submodules = [n.target for n in split.graph.nodes
+                  if n.op == "call_module" and isinstance(getattr(split, n.target),
+                                                          LoweredSubmodule)]
+    reasons = {k: v for k, v in support.reasons.items() if k in eager}
+    return split, PartitionReport(total=total_nodes, lowered=lowered_nodes,
+                                  eager=sum(eager.values()), eager_ops=dict(eager),
+                                  submodules=submodules, reasons=reasons)
+
