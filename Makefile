@@ -42,6 +42,10 @@ PY_COMPILE_PACKAGES := triton
 # API, hence the pin). Optional at run time: without them torch.compile on neuron warns and
 # behaves as before.
 PY_STABLEHLO_PACKAGES := torch-mlir==20261001 jax==0.10.2 jaxlib==0.10.2
+# The viewers whose own loaders the profiler tests read the device's traces with
+# (bridge/tests/test_profiler.py, test_distributed.py): TensorBoard's profiler plugin and
+# Holistic Trace Analysis (which imports psutil without declaring it).
+PY_PROFILER_PACKAGES := torch-tb-profiler==0.4.3 HolisticTraceAnalysis==0.5.0 psutil
 C_SOURCES = $(shell git ls-files --cached --others --exclude-standard '*.c' '*.h' '*.cc' '*.cpp')
 # C/C++ targets exercised by the sanitizer runs: every C unit test and the conformance suite on
 # the cpu, trainium and template backends, on each backend's device 0 (SANITIZER_TEST_FLAGS: the
@@ -94,6 +98,8 @@ deps-python: deps
 	  $(PYTHON) -m pip install -q $(PY_COMPILE_PACKAGES)
 	@$(PYTHON) -c 'import torch_mlir, jax, jaxlib, sys; sys.exit(jax.__version__ != "0.10.2")' \
 	  2>/dev/null || $(PYTHON) -m pip install -q $(PY_STABLEHLO_PACKAGES)
+	@$(PYTHON) -c 'import torch_tb_profiler, hta, psutil' 2>/dev/null || \
+	  $(PYTHON) -m pip install -q $(PY_PROFILER_PACKAGES)
 
 # The PyTorch bridge, built against the installed torch (no build isolation: no other torch).
 # Skipped when what it is built from (bridge/, the HAL, the backends) has not changed since the

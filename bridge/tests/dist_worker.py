@@ -476,8 +476,32 @@ def profiled_collectives():
     close()
 
 
+def profiled_ddp():
+    """Three DDP steps on the device under torch.profiler; each rank writes its Chrome trace
+    to $TEST_TRACE_DIR/rank<r>.json (read by the test with Holistic Trace Analysis)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    device = setup(device_id=True)
+    torch.manual_seed(0)
+    model = nn.parallel.DistributedDataParallel(
+        nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8)).to(device),
+        device_ids=[device.index])
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(32, 64, device=device)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
+        for _ in range(3):
+            opt.zero_grad()
+            model(x).square().mean().backward()
+            opt.step()
+        torch.accelerator.synchronize()
+    prof.export_chrome_trace(os.path.join(os.environ["TEST_TRACE_DIR"], f"rank{RANK}.json"))
+    del model  # before the group (see examples/train_tiny_lm.py)
+    ok("profiled_ddp")
+    close()
+
+
 SCENARIOS = {f.__name__: f for f in (collectives, ddp, dead_peer, stuck_peer, local_rank_device,
-                                     fsdp2_compile, profiled_collectives)}
+                                     fsdp2_compile, profiled_collectives, profiled_ddp)}
 
 if __name__ == "__main__":
     SCENARIOS[sys.argv[1]]()

@@ -193,6 +193,31 @@ def test_profiler_records_collectives(tmp_path):
 
 
 @pytest.mark.own_backend
+def test_hta_breaks_down_a_two_rank_ddp_trace(tmp_path, monkeypatch):
+    """Holistic Trace Analysis reads the two ranks' traces of a DDP run on the device: its
+    temporal breakdown (idle, compute, non-compute time per rank) and its kernel breakdown
+    find the device's kernels and copies. HTA tells communication kernels by NCCL's names, so
+    the collectives' rows (hal_allreduce) count as computation there. HTA rounds
+    nanosecond timestamps by raising each start and lowering each end to a whole microsecond,
+    which gives an event shorter than a microsecond inside one a negative duration and trips
+    its own check; the cpu backend's copies take 0.1-0.5 us, so the test turns that rounding
+    off with HTA's own option."""
+    monkeypatch.setenv("HTA_DISABLE_NS_ROUNDING", "1")
+    from hta.trace_analysis import TraceAnalysis
+
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    check_ok(launch("profiled_ddp", tmp_path, extra_env={"TEST_TRACE_DIR": str(traces)}),
+             ["profiled_ddp"])
+    analysis = TraceAnalysis(trace_dir=str(traces))
+    temporal = analysis.get_temporal_breakdown(visualize=False)
+    assert sorted(temporal["rank"]) == [0, 1]
+    assert (temporal["compute_time(us)"] > 0).all(), temporal
+    kernels = analysis.get_gpu_kernel_breakdown(visualize=False)[0]
+    assert {"COMPUTATION", "MEMORY"} <= set(kernels["kernel_type"]), kernels
+
+
+@pytest.mark.own_backend
 def test_device_of_local_rank(tmp_path):
     check_ok(launch("local_rank_device", tmp_path), ["local_rank_device"])
 

@@ -128,3 +128,25 @@ def test_no_device_rows_without_the_device_activity(device, tmp_path):
         (torch.ones(4, device=device) + 1).cpu()
     cats = {e.get("cat") for e in _trace(prof, tmp_path)}
     assert not cats & {"kernel", "gpu_memcpy", "privateuse1_runtime"}, cats
+
+
+def test_torch_tb_profiler_reads_the_device_kernels(device, tmp_path):
+    """TensorBoard's profiler plugin (torch-tb-profiler) loads the trace with its own loader
+    and finds the device's kernels. Its runtime and operator-to-kernel views know CUDA's
+    runtime category only, so they stay empty for the device (not renamed after CUDA's)."""
+    from torch.profiler import tensorboard_trace_handler
+    from torch_tb_profiler.profiler.data import RunProfileData
+
+    x = torch.randn(64, 64, device=device)
+    activities = [ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]
+    with profile(activities=activities,
+                 on_trace_ready=tensorboard_trace_handler(str(tmp_path))) as prof:
+        for _ in range(2):
+            (x @ x).relu().sum().item()
+            prof.step()
+    (path,) = tmp_path.glob("*.pt.trace.json")
+    data = RunProfileData.parse(path.name.split(".")[0], "0", str(path), None)
+    data.process()
+    assert data.has_kernel
+    assert {"aten::mm", "aten::relu"} <= set(data.kernel_stat.index), data.kernel_stat
+    assert (data.kernel_stat.loc["aten::mm", "count"]) == 2

@@ -19,12 +19,13 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <deque>
 #include <mutex>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "runtime/DeviceActivity.h"
@@ -110,12 +111,15 @@ void startRecording()
         if (!ownsDevice(i) || !deviceInitialized(i) || !timingEvents(i))
             continue;
         Reference &r = references[static_cast<size_t>(i)];
-        if (hal_event_create(halDevice(i), HAL_EVENT_FLAG_TIMING, &r.event) != HAL_OK)
+        hal_stream_t stream = currentHalStream(i);
+        if (hal_stream_synchronize(stream) != HAL_OK ||
+            hal_event_create(halDevice(i), HAL_EVENT_FLAG_TIMING, &r.event) != HAL_OK)
             continue;
-        if (hal_event_record(r.event, currentHalStream(i)) != HAL_OK ||
-            hal_event_synchronize(r.event) != HAL_OK)
+        // The idle stream completes the event between these two host times: the midpoint.
+        const int64_t before = deviceActivityNow();
+        if (hal_event_record(r.event, stream) != HAL_OK || hal_event_synchronize(r.event) != HAL_OK)
             destroyEvent(r.event);
-        r.host_ns = deviceActivityNow();
+        r.host_ns = before + (deviceActivityNow() - before) / 2;
     }
     std::lock_guard<std::mutex> lock(g_mutex);
     for (Reference &r : g_references)
@@ -160,6 +164,19 @@ std::vector<Record> stopRecording()
     }
     for (Reference &r : references)
         destroyEvent(r.event);
+    // A stream runs one thing at a time; what the conversion of event times to the host clock
+    // (its error: microseconds) would make overlap is moved to start where the earlier ended.
+    std::stable_sort(records.begin(), records.end(), [](const Record &a, const Record &b) {
+        return std::tie(a.device, a.stream, a.start_ns) < std::tie(b.device, b.stream, b.start_ns);
+    });
+    for (size_t i = 1; i < records.size(); ++i) {
+        const Record &prev = records[i - 1];
+        Record &r = records[i];
+        if (r.device == prev.device && r.stream == prev.stream && r.start_ns < prev.end_ns) {
+            r.start_ns = prev.end_ns;
+            r.end_ns = std::max(r.end_ns, r.start_ns);
+        }
+    }
     return records;
 }
 
