@@ -19,6 +19,8 @@ import json
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+import torch_hal
+
 MIB = 1 << 20
 
 
@@ -121,6 +123,9 @@ def test_compiled_kernels_are_timed_on_the_stream(device, tmp_path):
     ids = {e["args"]["correlation"] for e in launches}
     kernels = [e for e in events if e.get("cat") == "kernel" and e["args"]["correlation"] in ids]
     assert kernels and all(e["dur"] >= 0 for e in kernels)
+    # Named as the device's compiler names them: Inductor's C++ kernels, StableHLO's main.
+    expected = "main" if "stablehlo" in torch_hal.programs.formats(device.index) else "cpp_"
+    assert all(e["name"].startswith(expected) for e in kernels), [e["name"] for e in kernels]
 
 
 def test_no_device_rows_without_the_device_activity(device, tmp_path):

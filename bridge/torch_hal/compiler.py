@@ -52,8 +52,10 @@ __all__ = ["HostKernel", "InPlaceKernel", "load_host_kernel", "get_raw_stream",
            "TritonLauncher", "compile_triton", "load_triton_binary", "load_triton_kernel",
            "triton_parameters"]
 
-# The entry point each generated kernel gets, and its argument signature (hal_program.h).
+# The entry point a generated kernel gets when it has no name of its own (its name is
+# Inductor's kernel name, which torch.profiler then shows), and its argument signature.
 _ENTRY = "torch_hal_kernel"
+_ENTRY_NAME_MAX = 200  # HAL_KERNEL_NAME_MAX (256), less "hal_signature_" and room to spare
 
 _ENTRY_PREAMBLE = r"""
 // torch_hal: the kernel above as a HAL host kernel (hal/include/hal/hal_program.h).
@@ -66,8 +68,17 @@ template <typename T> constexpr char torch_hal_signature_letter() {
 """
 
 
-def _entry_source(arg_types):
-    """C++ of the HAL entry point that unpacks the launch's arguments and calls ``kernel``."""
+def _entry_name(name):
+    """The entry point's name: ``name`` (Inductor's kernel name) where it is a short C
+    identifier, else the default."""
+    if name and len(name) <= _ENTRY_NAME_MAX and name.isidentifier() and name.isascii():
+        return name
+    return _ENTRY
+
+
+def _entry_source(arg_types, entry=_ENTRY):
+    """C++ of the HAL entry point ``entry`` that unpacks the launch's arguments and calls
+    ``kernel``."""
     letters = "".join(f"torch_hal_signature_letter<{t}>(), " for t in arg_types)
     unpack = []
     for i, t in enumerate(arg_types):
@@ -78,9 +89,9 @@ def _entry_source(arg_types):
     call = ", ".join(unpack)
     return _ENTRY_PREAMBLE + f"""
 extern "C" __attribute__((visibility("default")))
-const char hal_signature_{_ENTRY}[] = {{ {letters}'\\0' }};
+const char hal_signature_{entry}[] = {{ {letters}'\\0' }};
 extern "C" __attribute__((visibility("default")))
-hal_status_t {_ENTRY}(const hal_host_kernel_ctx_t *ctx, void *const *args)
+hal_status_t {entry}(const hal_host_kernel_ctx_t *ctx, void *const *args)
 {{
     (void)args;
     try {{  // Inductor's checks (index bounds, integer division) throw: report them
@@ -134,9 +145,9 @@ class HostKernel:
 
     __slots__ = ("program", "kernel", "device_index", "_handle")
 
-    def __init__(self, image, device_index):
+    def __init__(self, image, device_index, entry=_ENTRY):
         self.program = programs.Program(image, "host_elf", device=device_index)
-        self.kernel = self.program.kernel(_ENTRY)
+        self.kernel = self.program.kernel(entry)
         self.device_index = device_index
         self._handle = self.kernel._handle
 
@@ -190,9 +201,11 @@ def _runs_in_place(device_index):
     return bool(_C._device_properties(device_index)["host_addressable"])
 
 
-def load_host_kernel(arg_types, source, device_index):
+def load_host_kernel(arg_types, source, device_index, name=None):
     """Compiles Inductor C++ kernel source (its function named ``kernel``, taking arguments of
     the C++ types ``arg_types``) for the host and makes it callable on device ``device_index``.
+    ``name`` (Inductor's kernel name) names the program's entry point, as the device's
+    profiler rows show it.
 
     Returns a :class:`HostKernel` loaded on the device, or an :class:`InPlaceKernel` where
     TORCH_HAL_COMPILE_LAUNCH=inplace and the device's memory is host-addressable (see
@@ -202,9 +215,10 @@ def load_host_kernel(arg_types, source, device_index):
     if _runs_in_place(device_index):
         return InPlaceKernel(arg_types, source, device_index)
     include = os.path.join(os.path.dirname(os.path.abspath(__file__)), "include")
-    code = source + _entry_source(arg_types)
+    entry = _entry_name(name)
+    code = source + _entry_source(arg_types, entry)
     image = _code_cache().load(code, device_type="cpu", extra_flags=(f"-I{include}",))
-    return HostKernel(image.data, device_index)
+    return HostKernel(image.data, device_index, entry)
 
 
 def get_raw_stream(device_index):
@@ -347,7 +361,7 @@ def _make_codegen(device_type):
             body = IndentedBuffer()
             body.writeline(f"load_host_kernel({arg_types!r}, r'''")
             body.splice(src_code, strip=True)
-            body.writeline(f"''', {index})")
+            body.writeline(f"''', {index}, {kernel_name!r})")
             wrapper.define_kernel(kernel_name, body.getvalue(), gpu=False)
             return kernel_name
 
@@ -855,7 +869,7 @@ def _make_triton_codegen(device_type):
             body = IndentedBuffer()
             body.writeline(f"load_triton_kernel({subs_name!r}, '''")
             body.splice(src_code, strip=True)
-            body.writeline(f"''', {index})")
+            body.writeline(f"''', {index}, {kernel_name!r})")
             origins, detailed_origins = get_kernel_metadata(node_schedule, wrapper)
             comment = f"# kernel path: {kernel_path}\n{origins}\n{detailed_origins}"
             wrapper.define_kernel(kernel_name, body.getvalue(), comment)
