@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 
+import torch
 from setuptools import setup
 from torch.utils.cpp_extension import BuildExtension, CppExtension, include_paths
 
@@ -141,11 +142,18 @@ class BuildWithHal(BuildExtension):
         super().run()
 
 
+def _cxx_standard():
+    """C++17, or C++20 for torch 2.14 and later, whose headers require it (ATen.h: "C++20 or
+    later compatible compiler is required to use ATen")."""
+    major, minor = (int(v) for v in torch.__version__.split("+")[0].split(".")[:2])
+    return "-std=c++20" if (major, minor) >= (2, 14) else "-std=c++17"
+
+
 def _extension():
     sources = sorted(glob.glob(os.path.join("csrc", "**", "*.cpp"), recursive=True))
     debug = os.environ.get("TORCH_HAL_DEBUG") == "1"
     cxx_flags = [
-        "-std=c++17",
+        _cxx_standard(),
         "-Wall",
         "-Wextra",
         "-Werror",

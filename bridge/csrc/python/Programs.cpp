@@ -268,7 +268,7 @@ void initProgramBindings(py::module &m)
                                                                           : "scalar",
                                           kind == HAL_KERNEL_ARG_POINTER ? 0u : info.args[i].size));
             }
-            return std::move(sig);
+            return py::object(std::move(sig));
         },
         "The kernel's argument signature, [(\"pointer\", 0) | (\"scalar\", bytes) | "
         "(\"tensor\", bytes)], or None.");
