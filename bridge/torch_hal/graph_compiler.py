@@ -23,10 +23,11 @@ results the module declares must-alias: the program writes them in place.
 
 Each compiled function's partition is reported once: :func:`reports` and the ``torch_hal`` log
 (``TORCH_LOGS=torch_hal``); :func:`compile_seconds` says how long lowering and program creation
-took. Lowerings are kept on disk (``torch_hal._lowering_cache``, ``TORCH_HAL_STABLEHLO_CACHE``) and
+took. Lowerings are kept on disk (``torch_hal._lowering_cache``, TORCH_HAL_STABLEHLO_CACHE) and
 the backend keeps compiled programs (NEFFs; the emulator's XLA executables), so a new process
-compiling the same graphs reads both back. Shapes are static, as on Neuron: the first compilation turns off
-Dynamo's automatic dynamic shapes, so a new shape recompiles under Dynamo's guards.
+compiling the same graphs reads both back. Shapes are static, as on Neuron: the first
+compilation turns off Dynamo's automatic dynamic shapes, so a new shape recompiles under
+Dynamo's guards.
 
 Requirements: torch-mlir (lowering) and, on the libnrt emulator, jax/jaxlib (its executor).
 Without them torch.compile on the device behaves as it did without this module, after one

@@ -12,8 +12,11 @@ lowering half of that path, in pure Python (no HAL, no device):
   ``@main`` (parameters in the graph's placeholder order, results in its output order), the
   input and output specs, the inputs the graph mutates, and a cache key.
 * :func:`partition` (``stablehlo_partition.py``, re-exported here) splits a graph into regions
-  torch-mlir lowers (submodules run as lowered programs) and nodes it does not (run eagerly). Random ops are never lowered: they run eagerly
-  with the device's generator, so compiled and eager code draw the same values.
+  torch-mlir lowers (submodules run as lowered programs) and nodes it does not (run eagerly).
+  Random ops are never lowered: they run eagerly with the device's generator, so compiled and
+  eager code draw the same values.
+* Lowerings and partitions are kept on disk (``torch_hal._lowering_cache``), so a new process
+  compiling the same graphs does not lower them again.
 * :func:`run_with_jax` runs a :class:`LoweredGraph` with jaxlib's XLA CPU client, so lowering
   can be tested numerically without a device; the device path loads the same text as a HAL
   program of format "stablehlo".
