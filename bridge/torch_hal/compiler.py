@@ -869,7 +869,7 @@ def _make_triton_codegen(device_type):
             body = IndentedBuffer()
             body.writeline(f"load_triton_kernel({subs_name!r}, '''")
             body.splice(src_code, strip=True)
-            body.writeline(f"''', {index}, {kernel_name!r})")
+            body.writeline(f"''', {index})")
             origins, detailed_origins = get_kernel_metadata(node_schedule, wrapper)
             comment = f"# kernel path: {kernel_path}\n{origins}\n{detailed_origins}"
             wrapper.define_kernel(kernel_name, body.getvalue(), comment)
