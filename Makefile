@@ -27,6 +27,10 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := bazel-bootstrap bazel-rules-java googletest libgtest-dev clang-format python3 \
 	python3-venv quilt
 TORCH_VERSION := 2.13.0
+# The newer supported release: the bridge is also built and tested against the unmodified torch
+# 2.14.1 wheel (the CUDA 13 build, the only 2.14.1 wheel) in a virtual environment of its own.
+TORCH_NEXT_VERSION := 2.14.1
+VENV_NEXT := $(OUT)/venv-$(TORCH_NEXT_VERSION)
 # What the bridge's and the patch series' tests import besides torch (transformers: the
 # third-party model the bridge's tests train on the device and on the CPU; no weights are
 # downloaded).
@@ -64,6 +68,7 @@ TESTLOGS := $(OUT)/testlogs
 JUNIT := $(PYTHON) tools/junit.py
 
 .PHONY: all deps deps-python deps-bench bridge build test test-default test-asan test-tsan test-zoo \
+	test-bridge-next \
 	test-openreg \
 	test-default-bazel test-bridge test-patches test-fuzz test-soak conformance bench bench-compare \
 	bench-screenshot demo patches-check census soak fuzz fuzz-smoke fuzz-build fuzz-deps format \
@@ -108,13 +113,13 @@ BRIDGE_INPUTS = $(filter-out tools/bench_% tools/tests/%,$(shell git ls-files --
 	--exclude-standard bridge hal hal_backends tools third_party WORKSPACE .bazelrc))
 bridge: deps-python
 	@hash=$$(cat $(BRIDGE_INPUTS) | sha1sum | cut -d' ' -f1; $(PYTHON) -c 'import torch; print(torch.__version__)'); \
-	if [ "$$hash" = "$$(cat $(OUT)/bridge.hash 2>/dev/null)" ] && \
+	if [ "$$hash" = "$$(cat $(OUT)/bridge-$(TORCH_VERSION).hash 2>/dev/null)" ] && \
 	  (cd /tmp && $(PYTHON) -c 'import torch_hal') 2>/dev/null; then \
 	  echo "make: torch_hal is up to date"; \
 	else \
 	  echo "make: building and installing torch_hal (bridge/)"; \
 	  $(PYTHON) -m pip install -q --no-build-isolation --no-deps ./bridge && \
-	  mkdir -p $(OUT) && echo "$$hash" > $(OUT)/bridge.hash; \
+	  mkdir -p $(OUT) && echo "$$hash" > $(OUT)/bridge-$(TORCH_VERSION).hash; \
 	fi
 
 # The collectives benchmark's peers: Open MPI and Gloo from Debian.
@@ -128,8 +133,8 @@ build: deps
 # ---- tests -------------------------------------------------------------------------------------
 
 # Every test, each suite's JUnit XML under out/testlogs/<suite>, then one summary line.
-TEST_SUITES := format-check test-default test-asan test-tsan test-bridge test-patches test-fuzz \
-	test-soak
+TEST_SUITES := format-check test-default test-asan test-tsan test-bridge test-bridge-next \
+	test-patches test-fuzz test-soak
 test: deps-python
 	@rm -rf $(TESTLOGS); mkdir -p $(TESTLOGS); rc=0; start=$$SECONDS; \
 	for t in $(TEST_SUITES); do \
@@ -189,6 +194,14 @@ test-bridge: bridge
 	  --junitxml=$(CURDIR)/$(TESTLOGS)/bridge-cpu/test.xml; rc1=$$?; \
 	wait $$trn; rc2=$$?; echo "== bridge tests on trainium"; cat $$log; \
 	[ $$rc1 = 0 ] && [ $$rc2 = 0 ]
+
+# The same bridge tests on torch $(TORCH_NEXT_VERSION): a virtual environment (out/venv-2.14.1)
+# gets that wheel and the test packages, the bridge is built against it, and test-bridge runs
+# there, its JUnit logs under out/testlogs/torch-$(TORCH_NEXT_VERSION)/.
+test-bridge-next: deps
+	@[ -x $(VENV_NEXT)/bin/python ] || python3 -m venv $(VENV_NEXT)
+	@$(MAKE) --no-print-directory test-bridge PYTHON=$(CURDIR)/$(VENV_NEXT)/bin/python \
+	  TORCH_VERSION=$(TORCH_NEXT_VERSION) TESTLOGS=$(TESTLOGS)/torch-$(TORCH_NEXT_VERSION)
 
 # The whole model zoo (bridge/tests/test_model_zoo.py): every model compiled on the cpu backend
 # against the CPU's compiled run, FSDP2 with torch.compile on two ranks, and every model eager on

@@ -131,6 +131,14 @@ def _install_headers(destination):
 
 
 class BuildWithHal(BuildExtension):
+    def finalize_options(self):
+        super().finalize_options()
+        # Objects built against one torch release are never reused with another (the bridge
+        # builds against 2.13.0 and 2.14.1): a build directory per torch version, and the
+        # extension always relinked (ninja still skips objects that are up to date).
+        self.build_temp = os.path.join(self.build_temp, f"torch-{torch.__version__}")
+        self.force = True
+
     def run(self):
         prebuilt = os.environ.get("TORCH_HAL_PREBUILT_LIBS")
         built = _prebuilt(prebuilt) if prebuilt else _bazel_build()

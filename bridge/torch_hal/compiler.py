@@ -40,6 +40,7 @@ Environment: ``TORCHINDUCTOR_*`` variables work as for the CPU (cache directory,
 """
 
 import dataclasses
+import functools
 import os
 
 import torch
@@ -405,7 +406,7 @@ def _make_codegen(device_type):
                 return SubgraphWrapper(subgraph_name, parent_wrapper, partition_signatures)
             return Wrapper()
 
-    return Scheduling, Wrapper
+    return _answer_cpp_while_generating(Scheduling), Wrapper
 
 
 def _reason(device_type):
@@ -466,7 +467,7 @@ def register():
     register_dynamo_interface()
     classes = None
     if generates:
-        _configure_inductor(device_type)  # first: it refuses a torch it cannot serve
+        _configure_inductor(device_type)
         register_device_op_overrides(device_type, _make_op_overrides(device_type))
         scheduling, wrapper = _make_codegen(device_type)
         classes = {"Scheduling": scheduling, "PythonWrapperCodegen": wrapper,
@@ -490,35 +491,62 @@ def _make_cpp_wrapper_refusal(device_type):
 
 
 def _configure_inductor(device_type):
-    """Settings torch 2.13.0's Inductor needs before it generates C++ for a device that is not
-    "cpu", made only where the patch series (patches/) does not fix the code. Two pieces of it
-    take every such device for a GPU with a Triton backend:
+    """Settings Inductor (torch 2.13.0 and 2.14.1) needs before it generates C++ for a device
+    that is not "cpu", made only where the patch series (patches/) does not fix the code. Two
+    pieces of it take every such device for a GPU with a Triton backend:
 
     * utils.get_current_backend() answers config.cuda_backend ("triton") for any device other
       than cpu, mps, xpu and tpu, and the C++ kernels then miss the dtypes the "cpp" backend
-      tracks (patch 0015 asks the device's Scheduling). Without the patch, on a torch built
-      without CUDA config.cuda_backend serves no other device, so it is set to "cpp"; on a
-      CUDA build it is left alone and the device is not registered with Inductor
-      (RuntimeError, which torch_hal reports as a warning).
+      tracks (patch 0015 asks the device's Scheduling). Without the patch, the device's
+      Scheduling (see :func:`_answer_cpp_while_generating`) sets config.cuda_backend to "cpp"
+      while it generates the device's kernels and restores it after, so a CUDA build's GPU
+      graphs keep Triton.
     * the scheduler applies three loop transformations (reordering, reindexing, index
       inversion) to every device that is not "cpu" and fails on C++ kernels' loop groups
       (patch 0016 skips them for C++ kernels on any device). Without the patch they are turned
       off: they never apply to CPU graphs, and only GPU graphs lose them.
     """
-    from torch._inductor import config, scheduler, utils
+    from torch._inductor import config, scheduler
 
-    if not hasattr(utils, "_registered_backend"):  # patch 0015
-        if torch.backends.cuda.is_built():
-            raise RuntimeError(
-                f"torch {torch.__version__} is built with CUDA, and its Inductor picks Triton "
-                f"(config.cuda_backend) as the code generator of the {device_type} device: "
-                f"torch.compile on {device_type} needs a torch built without CUDA, or the "
-                f"torch-hal patch series (patches/0015)")
-        config.cuda_backend = "cpp"
     if not hasattr(scheduler.Scheduler, "_generates_cpp"):  # patch 0016
         config.loop_ordering_after_fusion = False
         config.loop_reindexing_after_fusion = False
         config.loop_index_inversion_in_fusion = False
+
+
+def _answer_cpp_while_generating(scheduling_cls):
+    """Makes every public method of ``scheduling_cls`` (the device's Inductor Scheduling) run
+    with config.cuda_backend set to "cpp", restored on return, unless patch 0015 lets
+    utils.get_current_backend() ask the Scheduling itself. The scheduler generates a kernel's
+    code only inside these methods, so the device's C++ kernels see the "cpp" backend while
+    a CUDA build's own GPU graphs keep Triton. Not for concurrent compilations in two threads
+    (Inductor's config is process-wide; its own code generation runs in one thread).
+    Returns ``scheduling_cls``."""
+    import inspect
+
+    from torch._inductor import config, utils
+
+    if hasattr(utils, "_registered_backend"):  # patch 0015
+        return scheduling_cls
+
+    def answering_cpp(method):
+        def call(*args, **kwargs):
+            saved = config.cuda_backend
+            if saved == "cpp":
+                return method(*args, **kwargs)
+            config.cuda_backend = "cpp"
+            try:
+                return method(*args, **kwargs)
+            finally:
+                config.cuda_backend = saved
+
+        return functools.wraps(method)(call)
+
+    for name in dir(scheduling_cls):
+        value = inspect.getattr_static(scheduling_cls, name)
+        if not name.startswith("_") and inspect.isfunction(value):
+            setattr(scheduling_cls, name, answering_cpp(value))
+    return scheduling_cls
 
 
 # Triton kernels on devices that load cubin (compiler_triton.py), imported last: it uses the
