@@ -13,6 +13,7 @@ import torch
 from . import _C
 from . import _utils  # torch.serialization looks up torch.<device>._utils._get_device_index
 from . import amp  # torch.<device>.amp
+from . import memory  # torch.<device>.memory (_record_memory_history, _snapshot, ...)
 from .memory import (
     empty_cache,
     hal_memory_stats,

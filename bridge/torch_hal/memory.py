@@ -5,6 +5,9 @@ c10::DeviceAllocator, so these are thin wrappers over torch.accelerator.memory t
 torch.cuda-style device arguments.
 """
 
+import pickle
+import sys
+
 import torch
 
 from . import _C
@@ -23,6 +26,9 @@ __all__ = [
     "mem_get_info",
     "memory_summary",
     "hal_memory_stats",
+    "_record_memory_history",
+    "_snapshot",
+    "_dump_snapshot",
 ]
 
 
@@ -91,3 +97,42 @@ def memory_summary(device=None, abbreviated=False):
         if key in stats:
             lines.append(f"  {key:32s} {stats[key]}")
     return "\n".join(lines)
+
+
+def _record_memory_history(enabled="all", context="all", stacks="all", max_entries=sys.maxsize,
+                           device=None):
+    """Starts or stops recording the device allocator's history, as
+    torch.cuda.memory._record_memory_history does for CUDA (the same arguments and defaults):
+
+    * enabled: None (stop, dropping what was recorded), "state" (the stacks of live blocks) or
+      "all" (also the list of every allocation and free, at most max_entries per device, the
+      oldest dropped first); True and False stand for "all" and None.
+    * context: None, "state" (stacks of live blocks only), "alloc" (also of allocations) or
+      "all" (also of frees).
+    * stacks: "python" (Python and TorchScript frames) or "all" (C++ frames as well, slower).
+
+    Covers every device of the backend (device is accepted for torch.cuda's signature).
+    Recording costs a stack walk per allocation; off, one atomic load."""
+    del device
+    if enabled is True:
+        enabled = "all"
+    elif enabled is False:
+        enabled = None
+    _C._memory_record_history(enabled, context if enabled else None, stacks, int(max_entries))
+
+
+def _snapshot(device=None):
+    """The device allocator's state as torch.cuda.memory._snapshot() reports CUDA's:
+    ``segments`` (one per HAL segment of every device, with its blocks: address, size,
+    requested_size, state "active_allocated", "active_pending_free" or "inactive", and the
+    frames of the stack that allocated it, while recording) and ``device_traces`` (per device,
+    the recorded actions "alloc", "free_requested" and "free_completed"). It opens in
+    torch.cuda._memory_viz and pytorch.org/memory_viz unchanged."""
+    del device
+    return _C._memory_snapshot()
+
+
+def _dump_snapshot(filename="dump_snapshot.pickle"):
+    """Saves :func:`_snapshot` as a pickle, the file pytorch.org/memory_viz opens."""
+    with open(filename, "wb") as f:
+        pickle.dump(_snapshot(), f)

@@ -504,6 +504,164 @@ out:
     return rc;
 }
 
+/* What a snapshot visitor collects (the first 64 blocks) and, optionally, does to the
+ * allocator from inside the visit. */
+typedef struct snapshot_log {
+    hal_allocator_block_info_t blocks[64];
+    size_t count;
+    hal_allocator_t reenter; /* allocate and free a block on it from the visitor */
+    hal_status_t reenter_status;
+} snapshot_log_t;
+
+static void collect_block(const hal_allocator_block_info_t *info, void *user)
+{
+    snapshot_log_t *log = user;
+    if (log->count < 64)
+        log->blocks[log->count] = *info;
+    log->count++;
+    if (log->reenter != NULL) {
+        void *p = NULL;
+        log->reenter_status = hal_allocator_alloc(log->reenter, 4 * KiB, NULL, &p);
+        if (log->reenter_status == HAL_OK)
+            log->reenter_status = hal_allocator_free(log->reenter, p);
+    }
+}
+
+static const hal_allocator_block_info_t *snapshot_find(const snapshot_log_t *log, const void *p)
+{
+    for (size_t i = 0; i < log->count && i < 64; i++) {
+        if (log->blocks[i].address == p)
+            return &log->blocks[i];
+    }
+    return NULL;
+}
+
+/* Every segment's blocks start at its base, follow each other without gaps and end at its end;
+ * segments come in address order. Returns the bytes of the segments. */
+static int snapshot_tiles(const snapshot_log_t *log, size_t *segment_bytes)
+{
+    const char *expected = NULL, *segment = NULL, *previous_segment = NULL;
+    size_t bytes = 0;
+    for (size_t i = 0; i < log->count; i++) {
+        const hal_allocator_block_info_t *b = &log->blocks[i];
+        if (b->struct_size != sizeof(*b))
+            return 0;
+        if (b->segment_address != segment) { /* a new segment: the last one must be complete */
+            if (expected != segment + (segment ? log->blocks[i - 1].segment_size : 0))
+                return 0;
+            if (previous_segment != NULL && (const char *)b->segment_address <= previous_segment)
+                return 0;
+            previous_segment = segment = b->segment_address;
+            expected = segment;
+            bytes += b->segment_size;
+        }
+        if (b->address != expected)
+            return 0;
+        expected += b->size;
+    }
+    if (log->count && expected != segment + log->blocks[log->count - 1].segment_size)
+        return 0;
+    *segment_bytes = bytes;
+    return 1;
+}
+
+CTEST(caching_allocator, snapshot_lists_every_segment_s_blocks)
+{
+    int rc = CTEST_FAIL;
+    fixture_t f;
+    hal_stream_t sa = NULL, sb = NULL;
+    void *small = NULL, *freed = NULL, *large = NULL, *held = NULL;
+    gate_t gate;
+    gate_init(&gate);
+    int gated = 0;
+    snapshot_log_t *log = NULL;
+    CHECK_OK_GOTO(fixture_open(&f, NULL), out);
+    log = calloc(1, sizeof(*log));
+    T_CHECK(log != NULL);
+    CHECK_OK_GOTO(hal_stream_create(f.dev, 0, &sa), out);
+    CHECK_OK_GOTO(hal_stream_create(f.dev, 0, &sb), out);
+
+    /* Argument and handle checks: nothing is visited. */
+    CHECK_STATUS_GOTO(hal_allocator_snapshot(f.alloc, NULL, log), HAL_ERROR_INVALID_ARGUMENT, out);
+    CHECK_MESSAGE_GOTO("cpu: hal_allocator_snapshot:", out);
+    CHECK_STATUS_GOTO(hal_allocator_snapshot(NULL, collect_block, log), HAL_ERROR_INVALID_HANDLE,
+                      out);
+    T_CHECK(log->count == 0);
+    /* An allocator without segments lists nothing. */
+    CHECK_OK_GOTO(hal_allocator_snapshot(f.alloc, collect_block, log), out);
+    T_CHECK(log->count == 0);
+
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 1000, NULL, &small), out);
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 5000, NULL, &freed), out);
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 3 * MiB, sa, &large), out);
+    CHECK_OK_GOTO(hal_allocator_alloc(f.alloc, 2 * MiB, sa, &held), out);
+    CHECK_OK_GOTO(hal_allocator_free(f.alloc, freed), out);
+    /* A block freed while another stream's work on it is pending is held back. */
+    CHECK_OK_GOTO(hal_allocator_record_stream(f.alloc, held, sb), out);
+    CHECK_OK_GOTO(hal_stream_add_callback(sb, gate_wait, &gate), out);
+    gated = 1;
+    CHECK_OK_GOTO(hal_allocator_free(f.alloc, held), out);
+
+    CHECK_OK_GOTO(hal_allocator_snapshot(f.alloc, collect_block, log), out);
+    T_CHECK(log->count <= 64);
+    size_t segment_bytes = 0, allocated = 0, requested = 0;
+    T_CHECK(snapshot_tiles(log, &segment_bytes));
+    for (size_t i = 0; i < log->count; i++) {
+        if (log->blocks[i].state == HAL_ALLOCATOR_BLOCK_ALLOCATED) {
+            allocated += log->blocks[i].size;
+            requested += log->blocks[i].requested;
+        } else {
+            T_CHECK(log->blocks[i].requested == 0);
+        }
+    }
+    hal_allocator_stats_t s = stats_of(f.alloc);
+    T_CHECK(segment_bytes == s.reserved_bytes);
+    T_CHECK(allocated == s.allocated_bytes && requested == s.requested_bytes);
+    T_CHECK(requested == 1000 + 3 * MiB);
+
+    const hal_allocator_block_info_t *b = snapshot_find(log, small);
+    T_CHECK(b != NULL && b->state == HAL_ALLOCATOR_BLOCK_ALLOCATED && b->requested == 1000 &&
+            b->size == 1024 && b->small_segment == 1);
+    T_CHECK(b->stream != NULL && b->stream != sa); /* the default stream's pool */
+    b = snapshot_find(log, large);
+    T_CHECK(b != NULL && b->state == HAL_ALLOCATOR_BLOCK_ALLOCATED && b->requested == 3 * MiB &&
+            b->small_segment == 0 && b->stream == sa);
+    b = snapshot_find(log, held);
+    T_CHECK(b != NULL && b->state == HAL_ALLOCATOR_BLOCK_PENDING_FREE && b->size == 2 * MiB);
+    b = snapshot_find(log, freed); /* cached, possibly coalesced with its free neighbour */
+    T_CHECK(b != NULL && b->state == HAL_ALLOCATOR_BLOCK_CACHED && b->size >= 5120);
+
+    /* Once the other stream is done, the held block is cached. */
+    gate_open(&gate);
+    gated = 0;
+    CHECK_OK_GOTO(hal_stream_synchronize(sb), out);
+    CHECK_OK_GOTO(hal_allocator_empty_cache(f.alloc), out); /* polls the held blocks */
+    memset(log, 0, sizeof(*log));
+    log->reenter = f.alloc; /* the visitor may call the allocator: no deadlock */
+    CHECK_OK_GOTO(hal_allocator_snapshot(f.alloc, collect_block, log), out);
+    CHECK_OK_GOTO(log->reenter_status, out);
+    T_CHECK(snapshot_tiles(log, &segment_bytes));
+    for (size_t i = 0; i < log->count; i++)
+        T_CHECK(log->blocks[i].state != HAL_ALLOCATOR_BLOCK_PENDING_FREE);
+    T_CHECK(segment_bytes == stats_of(f.alloc).reserved_bytes);
+    rc = CTEST_PASS;
+out:
+    if (gated)
+        gate_open(&gate);
+    if (sb != NULL)
+        hal_stream_synchronize(sb);
+    hal_allocator_free(f.alloc, small);
+    hal_allocator_free(f.alloc, large);
+    if (sa != NULL)
+        hal_stream_destroy(sa);
+    if (sb != NULL)
+        hal_stream_destroy(sb);
+    fixture_close(&f);
+    gate_destroy(&gate);
+    free(log);
+    return rc;
+}
+
 CTEST(caching_allocator, empty_cache_returns_free_segments)
 {
     int rc = CTEST_FAIL;

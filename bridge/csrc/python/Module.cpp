@@ -14,6 +14,7 @@
 
 #include "aten/Common.h"
 #include "distributed/Bindings.h"
+#include "python/MemorySnapshot.h"
 #include "python/Programs.h"
 #include "runtime/Register.h"
 #include "runtime/Runtime.h"
@@ -195,6 +196,7 @@ PYBIND11_MODULE(_C, m)
     m.def("_reset_fallback_stats", &resetFallbackStats);
     m.def("_last_error_message", [] { return std::string(hal_last_error_message()); });
     initProgramBindings(m);
+    initMemorySnapshotBindings(m);
     m.def(
         "_init_distributed",
         [] {

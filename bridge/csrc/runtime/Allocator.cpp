@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "runtime/Allocator.h"
 
+#include "runtime/MemoryHistory.h"
+
 #include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>
 
@@ -119,10 +121,13 @@ void freeDeviceBlock(void *ptr)
         return;
     }
     size_t size = 0;
-    bool report =
-        c10::memoryProfilingEnabled() && hal_allocator_get_block(a, ptr, nullptr, &size) == HAL_OK;
+    bool profiling = c10::memoryProfilingEnabled(), history = memoryHistoryRecording();
+    bool known =
+        (profiling || history) && hal_allocator_get_block(a, ptr, nullptr, &size) == HAL_OK;
+    if (history && known)
+        recordMemoryFree(index, ptr, size);
     TORCH_HAL_WARN_ON_ERROR(hal_allocator_free(a, ptr));
-    if (report)
+    if (profiling && known)
         reportToProfiler(a, ptr, -static_cast<int64_t>(size), index);
 }
 
@@ -424,11 +429,19 @@ c10::DataPtr allocateDeviceMemory(c10::DeviceIndex index, size_t n, c10::Device 
     void *ptr = nullptr;
     if (n > 0) {
         hal_allocator_t a = g_device_allocators->get(index);
-        TORCH_HAL_CHECK(hal_allocator_alloc(a, n, currentHalStream(index), &ptr));
+        hal_stream_t stream = currentHalStream(index);
+        TORCH_HAL_CHECK(hal_allocator_alloc(a, n, stream, &ptr));
         if (c10::memoryProfilingEnabled()) // a thread-local check while nothing records
             reportToProfiler(a, ptr, static_cast<int64_t>(n), index);
+        if (memoryHistoryRecording()) // a relaxed atomic load while nothing records
+            recordMemoryAllocation(index, ptr, n, reinterpret_cast<uintptr_t>(stream));
     }
     return { ptr, ptr, &freeDeviceBlock, report_device };
+}
+
+hal_allocator_t existingDeviceAllocator(c10::DeviceIndex index) noexcept
+{
+    return g_device_allocators != nullptr ? g_device_allocators->existing(index) : nullptr;
 }
 
 bool isDeviceBlock(const c10::DataPtr &data_ptr)

@@ -23,6 +23,9 @@ c10::DeviceAllocator *deviceAllocator();
 // `report_device`: the device itself, or CPU for CPU storages that alias device memory.
 c10::DataPtr allocateDeviceMemory(c10::DeviceIndex index, size_t n, c10::Device report_device);
 
+// The HAL allocator of device `index` if anything was allocated there, else nullptr.
+hal_allocator_t existingDeviceAllocator(c10::DeviceIndex index) noexcept;
+
 // Whether a DataPtr owns a block of the device allocator (whatever device it reports).
 bool isDeviceBlock(const c10::DataPtr &data_ptr);
 

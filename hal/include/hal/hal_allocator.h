@@ -130,6 +130,45 @@ HAL_API hal_status_t hal_allocator_reset_peak_stats(hal_allocator_t allocator);
 HAL_API hal_status_t hal_allocator_get_block(hal_allocator_t allocator, const void *ptr,
                                              void **base, size_t *size);
 
+/* What a block of a snapshot holds. */
+typedef enum hal_allocator_block_state {
+    HAL_ALLOCATOR_BLOCK_ALLOCATED = 1,    /* handed out by hal_allocator_alloc, not freed */
+    HAL_ALLOCATOR_BLOCK_CACHED = 2,       /* free, cached for reuse */
+    HAL_ALLOCATOR_BLOCK_PENDING_FREE = 3, /* freed, held until the streams recorded on it are
+                                           * done (hal_allocator_record_stream) */
+} hal_allocator_block_state_t;
+
+/* One block of a snapshot, with the segment (one hal_mem_alloc) it was carved from. */
+typedef struct hal_allocator_block_info {
+    size_t struct_size;
+    const void *next;
+    void *segment_address; /* the segment's base address */
+    size_t segment_size;
+    void *address;
+    size_t size;         /* bytes the block spans (rounded) */
+    size_t requested;    /* bytes asked for (allocated blocks); 0 for the others */
+    hal_stream_t stream; /* the stream whose pool holds it (the device's default stream for
+                          * blocks allocated with NULL); NULL: the pool of no stream */
+    hal_allocator_block_state_t state;
+    uint32_t small_segment; /* 1: the segment serves requests up to 1 MiB */
+} hal_allocator_block_info_t;
+
+/* Receives one block of a snapshot; `info` lives until the call returns. */
+typedef void (*hal_allocator_block_visitor_t)(const hal_allocator_block_info_t *info, void *user);
+
+/* Lists every block of every segment the allocator holds, segments in address order and the
+ * blocks of a segment in address order, so that each segment's blocks tile it exactly (what
+ * torch.cuda.memory._snapshot() reports of CUDA's allocator). The blocks are copied under the
+ * allocator's lock and then passed to `visitor` without it, so the visitor may call the
+ * allocator; the listing is the state at one instant. Free blocks are reported coalesced.
+ * [in] visitor  called once per block, in order.
+ * [in] user     passed to visitor.
+ * Returns: HAL_OK; HAL_ERROR_INVALID_HANDLE; HAL_ERROR_INVALID_ARGUMENT (visitor NULL);
+ * HAL_ERROR_OUT_OF_HOST_MEMORY (nothing was visited).
+ * Thread safety: safe. */
+HAL_API hal_status_t hal_allocator_snapshot(hal_allocator_t allocator,
+                                            hal_allocator_block_visitor_t visitor, void *user);
+
 #ifdef __cplusplus
 }
 #endif
