@@ -133,7 +133,10 @@ build: deps
 # ---- tests -------------------------------------------------------------------------------------
 
 # Every test, each suite's JUnit XML under out/testlogs/<suite>, then one summary line.
-TEST_SUITES := format-check test-default test-asan test-tsan test-bridge test-bridge-next \
+# test-bridge-next comes first: it installs torch 2.14.1 and with it nvidia-nccl-cu13 in
+# out/venv-2.14.1, where //third_party:cuda_configure.bzl finds NCCL when Bazel starts, so every
+# build after it compiles the cuda backend's native collectives.
+TEST_SUITES := format-check test-bridge-next test-default test-asan test-tsan test-bridge \
 	test-patches test-fuzz test-soak
 test: deps-python
 	@rm -rf $(TESTLOGS); mkdir -p $(TESTLOGS); rc=0; start=$$SECONDS; \

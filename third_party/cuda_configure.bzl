@@ -7,21 +7,39 @@ Generates a repository (named in the WORKSPACE, `@local_cuda`) with
                :cudart        libcudart.so, for programs that link the runtime themselves
                :cudart_shared the same file, for tests that load it with dlopen
                :nccl_headers  nccl.h (and the CUDA headers it includes)
+               :nccl_h        nccl.h alone, as a file (tests read its version)
                :nccl          libnccl.so.2
   defs.bzl   CUDA_FOUND, CUDA_VERSION, CUDA_REASON, CUDART_FOUND, NCCL_FOUND, NCCL_VERSION,
              NCCL_REASON, so that BUILD files define CUDA targets only when the toolkit is there;
+             NCCL_INCLUDE (the directory of the nccl.h used), NCCL_SOURCE (what led there, for
+             messages), NCCL_LIBRARY (the libnccl.so.2 beside that nccl.h, "" without one: the
+             backend tries it at run time, see hal_backends/cuda/README.md);
              NVCC, the toolkit's nvcc ("" without one), for device code built at build time
              (the conformance suite's PTX, cubin and fatbin kernels).
 
 The CUDA backend itself only needs the headers: it loads libcudart and libnccl with dlopen at run
 time (see hal_backends/cuda/README.md). Nothing is downloaded.
 
+Where nccl.h is looked for, the first hit wins:
+  1. HAL_NCCL_PATH when set: only there ("none": build without NCCL).
+  2. The toolkit root (include/nccl.h).
+  3. The `nvidia.nccl` package (PyPI's nvidia-nccl-cu13, which torch's CUDA 13 wheels depend
+     on) of each Python interpreter found: `python3` on PATH, then the repository's own virtual
+     environments, out/venv-*/bin/python (e.g. `make test-bridge-next`'s), in name order. Each
+     is asked with a short script that imports nothing but the `nvidia` namespace (not torch).
+None found is fine: the backend is then built without native collectives, and says why.
+
+The rule reports what it chose when it runs (a DEBUG line: NCCL's version from nccl.h, its path,
+and how it was found, or why there is none).
+
 Environment (a change re-runs the rule):
   HAL_CUDA_PATH  toolkit root; default /usr/local/cuda. Needs include/cuda_runtime_api.h.
   HAL_NCCL_PATH  NCCL root: a directory with include/nccl.h (and lib/libnccl.so.2), or the
-                 extracted nvidia-nccl-cu13 wheel (nvidia/nccl/include/nccl.h below it). Unset:
-                 NCCL is looked for in the toolkit root; absent is fine (the backend is then built
-                 without native collectives).
+                 extracted nvidia-nccl-cu13 wheel (nvidia/nccl/include/nccl.h below it), or
+                 "none". Unset: the search above.
+  PATH           which `python3` is asked.
+The rule also re-runs at every Bazel server start (local); after installing or removing a
+Python package in a running server, `bazel sync --only=local_cuda` re-runs it.
 """
 
 _DEFAULT_CUDA_PATH = "/usr/local/cuda"
@@ -43,21 +61,71 @@ def _first_lib(ctx, root, names):
                 return str(p)
     return None
 
+# Run by each Python interpreter: prints the nvidia.nccl package directory that has
+# include/nccl.h. find_spec imports only the parent `nvidia`, a namespace package (no code runs,
+# torch is never imported); a namespace package may have several directories, hence the loop.
+_PY_FIND_NCCL = """
+import importlib.util, os
+try:
+    spec = importlib.util.find_spec("nvidia.nccl")
+except Exception:
+    spec = None
+for d in (spec.submodule_search_locations or []) if spec else []:
+    if os.path.isfile(os.path.join(d, "include", "nccl.h")):
+        print(d)
+        break
+"""
+
+def _pythons(ctx):
+    """The interpreters asked for nvidia.nccl: python3 on PATH, then out/venv-*/bin/python."""
+    found = []
+    python3 = ctx.which("python3")
+    if python3:
+        found.append(str(python3))
+
+    # Bazel 4.2.3 has no repository_ctx.workspace_root: a label of the main repository gives it.
+    out = ctx.path(Label("//:WORKSPACE")).dirname.get_child("out")
+    if out.exists:
+        for venv in sorted([str(p) for p in out.readdir()]):
+            python = ctx.path(venv + "/bin/python")
+            if venv.split("/")[-1].startswith("venv-") and python.exists:
+                if str(python) not in found:
+                    found.append(str(python))
+    return found
+
+def _python_nccl(ctx, python):
+    """The nvidia.nccl package directory of an interpreter, or None."""
+    result = ctx.execute([python, "-c", _PY_FIND_NCCL], timeout = 30, quiet = True)
+    root = result.stdout.strip() if result.return_code == 0 else ""
+    if root and ctx.path(root + "/include/nccl.h").exists:
+        return root
+    return None
+
 def _find_nccl(ctx, nccl_env, cuda_root):
-    """Returns (root, include_dir, reason): where nccl.h is, or None and why not."""
-    candidates = []
+    """Returns (root, source, reason): the directory with include/nccl.h and how it was found,
+    or None, "" and why none was. Looks in the order the module docstring gives."""
+    if nccl_env == "none":
+        return None, "", "HAL_NCCL_PATH=none"
     if nccl_env:
-        candidates = [nccl_env, nccl_env + "/nvidia/nccl"]
-    elif cuda_root:
-        candidates = [cuda_root]
-    for root in candidates:
-        if ctx.path(root + "/include/nccl.h").exists:
-            return root, root + "/include", ""
-    if nccl_env:
-        return None, None, ("HAL_NCCL_PATH=%s holds neither include/nccl.h nor " +
-                            "nvidia/nccl/include/nccl.h") % nccl_env
-    return None, None, ("no nccl.h in the CUDA toolkit; set HAL_NCCL_PATH to an NCCL root or an " +
-                        "extracted nvidia-nccl-cu13 wheel to build native collectives")
+        for root in [nccl_env, nccl_env + "/nvidia/nccl"]:
+            if ctx.path(root + "/include/nccl.h").exists:
+                return root, "HAL_NCCL_PATH", ""
+        return None, "", ("HAL_NCCL_PATH=%s holds neither include/nccl.h nor " +
+                          "nvidia/nccl/include/nccl.h") % nccl_env
+    if ctx.path(cuda_root + "/include/nccl.h").exists:
+        return cuda_root, "the CUDA toolkit", ""
+    pythons = _pythons(ctx)
+    for python in pythons:
+        root = _python_nccl(ctx, python)
+        if root:
+            return root, "the nvidia.nccl package of " + python, ""
+    return None, "", (("no nccl.h in the CUDA toolkit (%s) and no nvidia.nccl package " +
+                       "(nvidia-nccl-cu13) for %s; install that package or set HAL_NCCL_PATH " +
+                       "to an NCCL root or an extracted nvidia-nccl-cu13 wheel to build native " +
+                       "collectives") % (
+        cuda_root,
+        " or ".join(pythons) if pythons else "any Python interpreter (none found)",
+    ))
 
 def _cuda_configure_impl(ctx):
     cuda_env = ctx.os.environ.get("HAL_CUDA_PATH", "")
@@ -98,6 +166,9 @@ def _cuda_configure_impl(ctx):
     nccl_found = False
     nccl_version = ""
     nccl_reason = ""
+    nccl_source = ""
+    nccl_include = ""
+    nccl_library = ""
     if cuda_found:
         ctx.symlink(cuda_root + "/include", "cuda/include")
 
@@ -124,8 +195,9 @@ filegroup(
     srcs = ["cuda/lib/libcudart.so"],
 )
 """)
-        nccl_root, nccl_include, nccl_reason = _find_nccl(ctx, nccl_env, cuda_root)
+        nccl_root, nccl_source, nccl_reason = _find_nccl(ctx, nccl_env, cuda_root)
         if nccl_root:
+            nccl_include = nccl_root + "/include"
             text = ctx.read(nccl_include + "/nccl.h")
             major = _parse_define(text, "NCCL_MAJOR")
             minor = _parse_define(text, "NCCL_MINOR")
@@ -140,7 +212,16 @@ filegroup(
     includes = ["nccl/include"],
     deps = [":cuda_headers"],
 )
+
+# nccl.h as a file, for tests that compare its version with NCCL_VERSION.
+filegroup(
+    name = "nccl_h",
+    srcs = ["nccl/include/nccl.h"],
+)
 """)
+
+                # The SONAME first: it is what the backend's dlopen would name.
+                nccl_library = _first_lib(ctx, nccl_root, ["libnccl.so.2", "libnccl.so"]) or ""
                 libnccl = _first_lib(ctx, nccl_root, ["libnccl.so", "libnccl.so.2"])
                 if libnccl:
                     ctx.symlink(libnccl, "nccl/lib/libnccl.so")
@@ -151,7 +232,8 @@ filegroup(
 )
 """)
             else:
-                nccl_reason = "cannot read the NCCL version from %s/nccl.h" % nccl_include
+                nccl_include = ""
+                nccl_reason = "cannot read the NCCL version from %s/include/nccl.h" % nccl_root
 
     ctx.file("BUILD", "\n".join(build))
     ctx.file("defs.bzl", """# Generated by //third_party:cuda_configure.bzl; do not edit.
@@ -162,18 +244,45 @@ CUDART_FOUND = %s
 NCCL_FOUND = %s
 NCCL_VERSION = %r
 NCCL_REASON = %r
+NCCL_INCLUDE = %r
+NCCL_SOURCE = %r
+NCCL_LIBRARY = %r
 NVCC = %r
-""" % (cuda_found, cuda_version, cuda_reason, cudart_found, nccl_found, nccl_version, nccl_reason, nvcc))
+""" % (
+        cuda_found,
+        cuda_version,
+        cuda_reason,
+        cudart_found,
+        nccl_found,
+        nccl_version,
+        nccl_reason,
+        nccl_include,
+        nccl_source,
+        nccl_library,
+        nvcc,
+    ))
 
     if not cuda_found:
         print("torch-hal: the cuda backend is skipped: %s" % cuda_reason)
     elif not nccl_found:
         print(("torch-hal: the cuda backend (CUDA %s) is built without NCCL: %s. " +
                "Its collectives are the HAL's host-staged ones.") % (cuda_version, nccl_reason))
+    else:
+        # The run-time order is the backend loader's (hal_backends/cuda/cuda_loader.c).
+        print(("torch-hal: the cuda backend (CUDA %s) is built with NCCL %s: %s/nccl.h, from %s. " +
+               "At run time it loads $HAL_NCCL_LIBRARY, else %slibnccl.so.2 on the loader's " +
+               "path.") % (
+            cuda_version,
+            nccl_version,
+            nccl_include,
+            nccl_source,
+            nccl_library + ", else " if nccl_library else "",
+        ))
 
 cuda_configure = repository_rule(
     implementation = _cuda_configure_impl,
-    environ = ["HAL_CUDA_PATH", "HAL_NCCL_PATH"],
+    # PATH: which python3 is asked for nvidia.nccl.
+    environ = ["HAL_CUDA_PATH", "HAL_NCCL_PATH", "PATH"],
     # Re-run on every Bazel server start, so a toolkit installed later is found.
     local = True,
 )

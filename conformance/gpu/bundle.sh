@@ -18,10 +18,11 @@
 #                                           the GPU machine's are older
 #   MANIFEST.txt                            commit, CUDA and NCCL header versions, checksums
 #
-# The cuda backend is built with NCCL when NCCL's headers are found: HAL_NCCL_PATH, else
-# out/nccl-headers, which this script fills from the nvidia-nccl-cu13 wheel on PyPI (headers
-# only; the library is loaded at run time on the GPU machine). Without them the backend has no
-# native collectives and says so.
+# The cuda backend is built with NCCL (its headers; the library is loaded at run time on the GPU
+# machine, see run.sh): the one //third_party:cuda_configure.bzl finds by itself (HAL_NCCL_PATH,
+# the toolkit, the nvidia.nccl package of python3 or of out/venv-*/bin/python), else the headers
+# of the nvidia-nccl-cu13 wheel on PyPI, fetched into out/nccl-headers. Without any, the bundle
+# is not made: HAL_NCCL_PATH=none makes one without native collectives on purpose.
 #
 # Usage: bash conformance/gpu/bundle.sh   (or make gpu-bundle)
 set -euo pipefail
@@ -31,10 +32,26 @@ cd "$REPO"
 BAZEL=${BAZEL:-bazel}
 DEST="$REPO/out/gpu-bundle"
 NCCL_DIR="$REPO/out/nccl-headers"
+EXTERNAL="$("$BAZEL" info output_base 2>/dev/null)/external/local_cuda"
+# The string the cuda backend has only when its NCCL code is compiled in (cuda_loader.c).
+NCCL_LOADER_MSG="cannot load NCCL (libnccl.so.2)"
 
 log() { echo "gpu-bundle: $*"; }
+die() {
+    log "$*"
+    exit 1
+}
+# A value of the configuration cuda_configure generated (@local_cuda//:defs.bzl), unquoted.
+cuda_def() {
+    sed -n "s/^$1 = \"\{0,1\}\([^\"]*\)\"\{0,1\}\$/\1/p" "$EXTERNAL/defs.bzl" 2>/dev/null || true
+}
 
 if [ -z "${HAL_NCCL_PATH:-}" ]; then
+    # Runs cuda_configure where this Bazel server has not yet (analysis only, nothing is built).
+    "$BAZEL" build --nobuild //hal_backends/cuda/... >/dev/null
+fi
+if [ -z "${HAL_NCCL_PATH:-}" ] && [ "$(cuda_def NCCL_FOUND)" != True ]; then
+    log "cuda_configure found no NCCL: $(cuda_def NCCL_REASON)"
     if [ ! -e "$NCCL_DIR/nvidia/nccl/include/nccl.h" ]; then
         log "fetching NCCL's headers (the nvidia-nccl-cu13 wheel) into out/nccl-headers"
         tmp=$(mktemp -d)
@@ -44,15 +61,16 @@ if [ -z "${HAL_NCCL_PATH:-}" ]; then
             unzip -q -o "$tmp"/nvidia_nccl_cu13-*.whl 'nvidia/nccl/include/*' '*/METADATA' \
                 -d "$NCCL_DIR"
         else
-            log "could not fetch them (pip or unzip failed): building without NCCL"
+            log "could not fetch them (pip or unzip failed)"
         fi
         rm -rf "$tmp"
     fi
-    if [ -e "$NCCL_DIR/nvidia/nccl/include/nccl.h" ]; then
-        export HAL_NCCL_PATH="$NCCL_DIR"
-    fi
+    [ -e "$NCCL_DIR/nvidia/nccl/include/nccl.h" ] || die "no NCCL headers: install" \
+        "nvidia-nccl-cu13 for python3 or set HAL_NCCL_PATH (HAL_NCCL_PATH=none: a bundle" \
+        "without native collectives)"
+    export HAL_NCCL_PATH="$NCCL_DIR"
 fi
-log "HAL_NCCL_PATH=${HAL_NCCL_PATH:-(none: no native collectives)}"
+log "HAL_NCCL_PATH=${HAL_NCCL_PATH:-(unset: what cuda_configure found)}"
 
 FIXTURES=(noentry badmajor entryfail initfail kernels)
 GPU_KERNELS=(ptx cubin fatbin)
@@ -72,7 +90,15 @@ for k in "${GPU_KERNELS[@]}"; do TARGETS+=("//conformance:cts_kernels.$k"); done
 log "bazel build ${TARGETS[*]}"
 "$BAZEL" build "${TARGETS[@]}"
 BIN=$("$BAZEL" info bazel-bin 2>/dev/null)
-EXTERNAL="$("$BAZEL" info output_base 2>/dev/null)/external/local_cuda"
+# The backend must have the NCCL code path unless a bundle without NCCL was asked for.
+if grep -qaF "$NCCL_LOADER_MSG" "$BIN/hal_backends/cuda/libhal_backend_cuda.so"; then
+    log "the cuda backend is built with NCCL $(cuda_def NCCL_VERSION): $(cuda_def NCCL_INCLUDE)" \
+        "(from $(cuda_def NCCL_SOURCE))"
+elif [ "${HAL_NCCL_PATH:-}" = none ]; then
+    log "the cuda backend is built without NCCL (HAL_NCCL_PATH=none)"
+else
+    die "the cuda backend was built without NCCL: $(cuda_def NCCL_REASON)"
+fi
 
 rm -rf "$DEST"
 mkdir -p "$DEST"/{bin,backends,fixtures,fallback-lib}
@@ -110,14 +136,16 @@ for lib in libstdc++.so.6 libgcc_s.so.1; do
     [ -e "$src" ] && install -m 0644 "$(readlink -f "$src")" "$DEST/fallback-lib/$lib"
 done
 
-cuda_version=$(sed -n 's/^CUDA_VERSION = "\(.*\)"/\1/p' "$EXTERNAL/defs.bzl" 2>/dev/null || true)
-nccl_version=$(sed -n 's/^NCCL_VERSION = "\(.*\)"/\1/p' "$EXTERNAL/defs.bzl" 2>/dev/null || true)
+cuda_version=$(cuda_def CUDA_VERSION)
+nccl_version=$(cuda_def NCCL_VERSION)
+nccl_from=$(cuda_def NCCL_SOURCE)
+nccl_from=${nccl_from:+ (from $nccl_from)}
 {
     echo "commit $(git rev-parse HEAD 2>/dev/null || echo unknown)" \
         "($(git status --porcelain 2>/dev/null | wc -l | tr -d ' ') files changed or untracked)"
     echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) with $(gcc --version | head -1)," \
         "$(ldd --version 2>&1 | head -1)"
-    echo "CUDA headers ${cuda_version:-?}; NCCL headers ${nccl_version:-none}"
+    echo "CUDA headers ${cuda_version:-?}; NCCL headers ${nccl_version:-none}$nccl_from"
     echo "files:"
     (cd "$DEST" && find . -type f ! -name MANIFEST.txt | sort | xargs sha256sum)
 } >"$DEST/MANIFEST.txt"

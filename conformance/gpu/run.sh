@@ -13,6 +13,10 @@
 # with gcc; the conformance harness and the backend's tests need GoogleTest and come only from
 # the bundle.
 #
+# libnccl: $HAL_NCCL_LIBRARY, else Python's nvidia-nccl-cu13 (what torch installs), the toolkit,
+# ldconfig; run.log and env.txt name it, its version, and the NCCL headers the backend was built
+# with (a backend built without NCCL loads none).
+#
 # Results go to $OUT (default out/gpu-run), at most 8 files: run.log (this script's progress),
 # env.txt (GPU, driver, toolkit, libraries, bundle manifest), conformance.log, conformance.json
 # (GoogleTest JSON of every area), conformance.md (summary), cuda_tests.log (the backend's
@@ -36,7 +40,7 @@ DRY_RUN=0
 FROM_SOURCE=0
 QUICK=0
 
-usage() { sed -n '2,26p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,30p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -135,6 +139,12 @@ EOF
     echo "$found"
 }
 
+# NCCL_MAJOR.MINOR.PATCH of an nccl.h.
+nccl_h_version() {
+    awk '$1 == "#define" && $2 ~ /^NCCL_(MAJOR|MINOR|PATCH)$/ { v[$2] = $3 }
+        END { print v["NCCL_MAJOR"] "." v["NCCL_MINOR"] "." v["NCCL_PATCH"] }' "$1"
+}
+
 if [ -z "${HAL_CUDA_LIBCUDART:-}" ]; then
     # The toolkit's runtime first: it matches nvcc and the driver the image was made for.
     HAL_CUDA_LIBCUDART=$(find_file libcudart.so.13 toolkit loader python)
@@ -146,6 +156,7 @@ if [ -z "${HAL_NCCL_LIBRARY:-}" ]; then
         export HAL_NCCL_LIBRARY
     else
         export HAL_NCCL_LIBRARY=none
+        NCCL_NOT_FOUND=1
     fi
 fi
 {
@@ -161,6 +172,7 @@ log "libcudart: ${HAL_CUDA_LIBCUDART:-(default search)}; libnccl: $HAL_NCCL_LIBR
 
 CONFORMANCE=""
 BENCH=""
+NCCL_BUILT="" # the NCCL headers the backend was built with: "2.30.7 (where)"
 CUDA_TESTS=() # the backend's tests, from the bundle
 BACKENDS=""
 FIXTURES=""
@@ -193,6 +205,10 @@ use_bundle() {
     done
     BACKENDS="$b/backends"
     FIXTURES="$b/fixtures"
+    # "CUDA headers 13.0; NCCL headers 2.30.7 (from ...)" in the manifest: what follows "NCCL
+    # headers", unless it is "none".
+    NCCL_BUILT=$(sed -n 's/^CUDA headers .*; NCCL headers //p' "$b/MANIFEST.txt" 2>/dev/null |
+        grep -v '^none' || true)
     [ -e "$b/python/torch_hal/__init__.py" ] && BUNDLE_PYTHON="$b/python"
     [ -e "$b/fixtures/cts_triton_add.cubin" ] || log "bundle: fixtures/cts_triton_add.cubin is" \
         "missing (program.triton_cubin will fail; make gpu-bundle compiles it with triton)"
@@ -221,6 +237,7 @@ build_from_source() {
         cuda_flags+=(-I"$nccl_inc" -DHAL_CUDA_WITH_NCCL=1)
     fi
     log "from source: CUDA headers $inc, NCCL headers ${nccl_inc:-none}"
+    NCCL_BUILT=${nccl_inc:+"$(nccl_h_version "$nccl_inc/nccl.h") ($nccl_inc)"}
     (
         cd "$REPO"
         local hal_srcs=(hal/src/*.c hal/src/comm/*.c hal/layers/*.c hal/services/*.c)
@@ -263,6 +280,47 @@ if [ -z "$BENCH" ]; then
 fi
 export HAL_BACKEND_PATH="$BACKENDS"
 [ -n "$FIXTURES" ] && export HAL_CTS_FIXTURE_DIR="$FIXTURES"
+
+# ---- NCCL --------------------------------------------------------------------------------------
+
+# The NCCL the backend loads: HAL_NCCL_LIBRARY, set above, is the only file it tries. Its version
+# comes from the library itself (ncclGetVersion needs no GPU), next to the headers the backend
+# was built with. A backend built without NCCL (no NCCL code: its loader's message is absent)
+# loads none, and cuda_api_test then runs once.
+probe_nccl() {
+    timeout 60 python3 - "$1" <<'EOF'
+import ctypes, sys
+try:
+    lib = ctypes.CDLL(sys.argv[1])
+except OSError as e:
+    print("cannot load it: %s" % e)
+    sys.exit(1)
+v = ctypes.c_int(0)
+if lib.ncclGetVersion(ctypes.byref(v)) != 0:
+    print("ncclGetVersion failed")
+    sys.exit(1)
+c = v.value  # NCCL_VERSION_CODE: X*10000 + Y*100 + Z since 2.9, X*1000 + Y*100 + Z before
+if c >= 20900:
+    print("NCCL %d.%d.%d" % (c // 10000, c // 100 % 100, c % 100))
+else:
+    print("NCCL %d.%d.%d" % (c // 1000, c // 100 % 10, c % 100))
+EOF
+}
+NCCL_LOADER_MSG="cannot load NCCL (libnccl.so.2)" # only in a backend built with NCCL
+if ! grep -qaF "$NCCL_LOADER_MSG" "$BACKENDS/libhal_backend_cuda.so" 2>/dev/null; then
+    NCCL_LOADED="none: the backend was built without NCCL"
+    export HAL_NCCL_LIBRARY=none
+elif [ "${NCCL_NOT_FOUND:-0}" = 1 ]; then
+    NCCL_LOADED="none: no libnccl.so.2 found (Python's nvidia-nccl-cu13, the toolkit, ldconfig)"
+elif [ "$HAL_NCCL_LIBRARY" = none ]; then
+    NCCL_LOADED="none (HAL_NCCL_LIBRARY=none)"
+elif ! command -v python3 >/dev/null 2>&1; then
+    NCCL_LOADED="$HAL_NCCL_LIBRARY (version unknown: no python3)"
+else
+    NCCL_LOADED="$HAL_NCCL_LIBRARY: $(probe_nccl "$HAL_NCCL_LIBRARY" 2>&1 || true)"
+fi
+log "NCCL: the backend was built with NCCL headers ${NCCL_BUILT:-none}; it loads $NCCL_LOADED"
+echo "== NCCL: built with headers ${NCCL_BUILT:-none}; loads $NCCL_LOADED" >>"$ENV_TXT"
 
 # ---- is there a GPU? ---------------------------------------------------------------------------
 

@@ -46,6 +46,11 @@
 #define CUDA_ENV_LIBCUDART "HAL_CUDA_LIBCUDART"
 /* libnccl to load: a file path, or "none" to run without native collectives. */
 #define CUDA_ENV_LIBNCCL "HAL_NCCL_LIBRARY"
+/* The libnccl.so.2 beside the nccl.h of the build (//third_party:cuda_configure.bzl's
+ * NCCL_LIBRARY), tried after CUDA_ENV_LIBNCCL; "": none recorded (e.g. headers only). */
+#ifndef HAL_CUDA_NCCL_BUILD_LIBRARY
+#define HAL_CUDA_NCCL_BUILD_LIBRARY ""
+#endif
 /* The conventional toolkit location, tried after the dynamic loader's search path. */
 #define CUDA_DEFAULT_ROOT "/usr/local/cuda"
 

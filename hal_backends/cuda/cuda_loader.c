@@ -12,8 +12,10 @@
  *
  * Search order for libcudart: $HAL_CUDA_LIBCUDART (when set, only that file), then
  * libcudart.so.<major> on the dynamic loader's search path, then the conventional toolkit
- * location. For libnccl: $HAL_NCCL_LIBRARY ("none": no NCCL), then libnccl.so.2 on the search
- * path, then the toolkit location. */
+ * location. For libnccl: $HAL_NCCL_LIBRARY ("none": no NCCL), then the libnccl.so.2 that was
+ * beside the nccl.h the backend was built with (HAL_CUDA_NCCL_BUILD_LIBRARY: a wheel's library,
+ * e.g. nvidia-nccl-cu13's, is on no loader path and the backend has no rpath), then
+ * libnccl.so.2 on the search path, then the toolkit location. */
 #include <dlfcn.h>
 #include <link.h>
 #include <stdio.h>
@@ -60,6 +62,8 @@ static void *open_library(const char *env, const char *const *names, size_t n, c
         return dl;
     }
     for (size_t i = 0; i < n; i++) {
+        if (names[i][0] == '\0') /* a candidate this build does not have */
+            continue;
         void *dl = open_candidate(names[i], reasons, size);
         if (dl != NULL) {
             loaded_path(dl, names[i], path, path_size);
@@ -170,6 +174,7 @@ static void nccl_load_once(void)
         return;
     }
     const char *const names[] = {
+        HAL_CUDA_NCCL_BUILD_LIBRARY,
         "libnccl.so.2",
         CUDA_DEFAULT_ROOT "/lib64/libnccl.so.2",
         CUDA_DEFAULT_ROOT "/lib/libnccl.so.2",
@@ -179,7 +184,7 @@ static void nccl_load_once(void)
                          sizeof(n->path), reasons, sizeof(reasons));
     if (n->dl == NULL) {
         snprintf(nccl_reason, sizeof(nccl_reason),
-                 "cannot load NCCL (libnccl.so.2): %.300s; set %s to its path", reasons,
+                 "cannot load NCCL (libnccl.so.2): %.400s; set %s to its path", reasons,
                  CUDA_ENV_LIBNCCL);
         return;
     }

@@ -3,7 +3,16 @@
 BUILD files cannot branch, so the branching lives in these macros.
 """
 
-load("@local_cuda//:defs.bzl", "CUDART_FOUND", "CUDA_FOUND", "CUDA_REASON", "NCCL_FOUND")
+load(
+    "@local_cuda//:defs.bzl",
+    "CUDART_FOUND",
+    "CUDA_FOUND",
+    "CUDA_REASON",
+    "NCCL_FOUND",
+    "NCCL_LIBRARY",
+    "NCCL_REASON",
+    "NCCL_VERSION",
+)
 load("//conformance:defs.bzl", "CTS_GPU_KERNELS")
 load("//tools:backend.bzl", "hal_backend_library")
 load("//tools:copts.bzl", "HAL_BACKEND_COPTS")
@@ -21,9 +30,19 @@ CUDA_SRCS = [
 
 CUDA_HDRS = ["cuda_internal.h"]
 
+def _string_define(name, value):
+    """-Dname="value" as one copt. Bazel expands make variables in copts and splits them like a
+    shell, hence the $$ and the single quotes around the C string literal."""
+    literal = '"%s"' % value.replace("\\", "\\\\").replace('"', '\\"')
+    return ("'-D%s=%s'" % (name, literal.replace("'", "'\\''"))).replace("$", "$$")
+
 # With NCCL headers the native collective slots are compiled in; libnccl itself is loaded at run
-# time (and may be absent there: the HAL's host-staged collectives serve then).
-CUDA_COPTS = HAL_BACKEND_COPTS + (["-DHAL_CUDA_WITH_NCCL=1"] if NCCL_FOUND else [])
+# time (and may be absent there: the HAL's host-staged collectives serve then). The libnccl.so.2
+# beside the nccl.h built against (e.g. nvidia-nccl-cu13's, found through Python) is recorded:
+# the loader tries it after $HAL_NCCL_LIBRARY, since no rpath or loader path names a wheel's lib.
+CUDA_COPTS = HAL_BACKEND_COPTS + (["-DHAL_CUDA_WITH_NCCL=1"] if NCCL_FOUND else []) + ([
+    _string_define("HAL_CUDA_NCCL_BUILD_LIBRARY", NCCL_LIBRARY),
+] if NCCL_FOUND and NCCL_LIBRARY else [])
 
 CUDA_DEPS = ["//hal:headers", "@local_cuda//:cuda_headers"] + (
     ["@local_cuda//:nccl_headers"] if NCCL_FOUND else []
@@ -143,6 +162,39 @@ def cuda_test_targets():
             "//tools/ctest",
         ],
     )
+
+    # What cuda_configure reported for NCCL (found or not, version, recorded libnccl) is what the
+    # backend library was built with: its nccl.h and the library's strings, no CUDA library.
+    native.sh_test(
+        name = "cuda_nccl_build_test",
+        size = "small",
+        srcs = ["cuda_nccl_build_test.sh"],
+        data = _BACKEND_DATA + (["@local_cuda//:nccl_h"] if NCCL_FOUND else []),
+        env = {
+            "CUDA_TEST_BACKEND": "$(rootpath //hal_backends/cuda:libhal_backend_cuda.so)",
+            "CUDA_TEST_NCCL_FOUND": "1" if NCCL_FOUND else "0",
+            "CUDA_TEST_NCCL_H": "$(rootpath @local_cuda//:nccl_h)" if NCCL_FOUND else "",
+            "CUDA_TEST_NCCL_LIBRARY": NCCL_LIBRARY.replace("$", "$$"),
+            "CUDA_TEST_NCCL_REASON": NCCL_REASON.replace("$", "$$"),
+            "CUDA_TEST_NCCL_VERSION": NCCL_VERSION,
+        },
+    )
+
+    # The backend's loader finds the libnccl recorded at build time by itself (no GPU needed to
+    # load NCCL and ask its version), where one was recorded.
+    if NCCL_FOUND and NCCL_LIBRARY:
+        native.cc_test(
+            name = "cuda_nccl_load_test",
+            size = "small",
+            srcs = ["cuda_nccl_load_test.c"],
+            copts = CUDA_COPTS,
+            linkstatic = True,
+            deps = [
+                "//hal",
+                "//hal_backends/cuda:cuda_backend_lib",
+                "//tools/ctest",
+            ],
+        )
 
     # Opening the backend without a runtime, and with this machine's real runtime (which, on a
     # machine without a GPU, must say so).
