@@ -13,7 +13,7 @@ What a CUDA script does under torchrun, each a feature of its own. The idioms::
     device = torch.device("cuda", local_rank)
     torch.accelerator.set_device_index(local_rank)      # torch.cuda.set_device(local_rank)
     dist.init_process_group()                           # no backend: the accelerator's (nccl)
-    dist.get_backend()                                  # "nccl" (with the series)
+    dist.get_backend()                                  # "undefined", as on CUDA
     model = DDP(model.to(device))                       # no device_ids
     torch.save(model.state_dict(), path)                # rank 0
     torch.load(path, map_location={"cuda:0": f"cuda:{local_rank}"})
@@ -110,16 +110,18 @@ def bare_init(ctx):
     return None
 
 
-@features.add("dist.get_backend() names the device's backend")
+@features.add("dist.get_backend() after the bare init_process_group(), as on CUDA")
 def get_backend(ctx):
-    # "nccl" on CUDA with the series; torch 2.13.0 answers "undefined" there too after a bare
-    # init_process_group() (patch 0019 names the backend for every accelerator)
+    # After a bare init_process_group() CUDA answers "undefined" (torch 2.13 and 2.14) and the
+    # group holds NCCL for the device ("cuda:nccl"): the device's group holds its default backend.
     if not dist.is_initialized():
         raise RuntimeError("no process group (see the init_process_group feature)")
     backend = dist.get_backend()
-    expected = dist.get_default_backend_for_device(ctx.device)
-    if backend != expected:
-        return f"dist.get_backend() is {backend!r}, the device's default backend {expected!r}"
+    config = dist.get_backend_config()
+    expected = f"{ctx.device.type}:{dist.get_default_backend_for_device(ctx.device)}"
+    if backend != "undefined" or config != expected:
+        return (f"dist.get_backend() is {backend!r} and get_backend_config() {config!r}, "
+                f"as on CUDA 'undefined' and {expected!r}")
     return None
 
 

@@ -237,3 +237,48 @@ def test_lint_detects_offsets_and_missing_headers(tmp_path, tree, series):
     assert f"{series[1].name}: needs exactly one Upstream-Status" in r.stdout
     assert f"{series[2].name}: no test" in r.stdout
     assert f"{series[3].name}: From: must be the project's line" in r.stdout
+
+
+def test_release_series_shares_the_main_series_tests_and_numbers(tmp_path, tree, series):
+    """A release's series (patches/<version>/, without tests/ of its own) uses its parent's tests,
+    may skip a number whose patch it does not carry, and export keeps the main series' numbers."""
+    main = tmp_path / "patches"
+    main.mkdir()
+    shutil.copy2(PATCHES / "series", main / "series")
+    for p in series:
+        shutil.copy2(p.path, main / p.name)
+    (main / "tests").symlink_to(PATCHES / "tests")
+    release = main / "9.9"
+    assert halpatch.tests_dir(release) == main / "tests"
+    assert halpatch.tests_dir(main) == main / "tests"
+
+    # the release's branch: the series without its third patch (as if fixed upstream there)
+    ws = tmp_path / "ws"
+    run("--series-dir", main, "workspace", ws, "--from", tree, check=0)
+    third = git(ws, "rev-list", "--reverse", "v2.13.0..HEAD").split()[2]
+    git(ws, "rebase", "-q", "--onto", f"{third}^", third)
+    r = run("--series-dir", release, "export", "--repo", ws, check=0)
+    names = [p.name for p in series if p is not series[2]]
+    assert sorted(f.name for f in release.glob("*.patch")) == names
+    assert "# base-version: 2.13.0" in (release / "series").read_text()
+    # a gap in the numbers is fine for a release; the tests come from the parent
+    r = run("--series-dir", release, "lint", "--base", tree, check=0)
+    assert r.stdout.strip().endswith("ok"), r.stdout
+    (release / "tests").mkdir()  # tests of its own: it is a main series, numbered 1..N
+    r = run("--series-dir", release, "lint", "--no-base", check=1)
+    assert f"{series[3].number} out of sequence" in r.stdout
+    (release / "tests").rmdir()
+    # a patch whose number names another patch in the main series
+    renamed = release / names[-1].replace(series[-1].number, series[0].number, 1)
+    (release / names[-1]).rename(renamed)
+    text = (release / "series").read_text().replace(names[-1], renamed.name)
+    (release / "series").write_text(text)
+    r = run("--series-dir", release, "lint", "--no-base", check=1)
+    assert "a number names the same patch in every release" in r.stdout
+
+    # a reworded commit keeps its number in the main series (the old file goes)
+    git(ws, "commit", "-q", "--amend", "-m", "a reworded subject\n\nUpstream-Status: Pending\n")
+    r = run("--series-dir", main, "export", "--repo", ws, check=0)
+    new = sorted(main.glob(f"{series[-1].number}-*.patch"))
+    assert [f.name for f in new] == [f"{series[-1].number}-a-reworded-subject.patch"], r.stdout
+    assert f"removed   {series[-1].name}" in r.stdout

@@ -20,6 +20,16 @@ Commands::
     halpatch.py refresh --repo DIR [--base REF] [--branch REF]
     halpatch.py lint    [--base TREE]
 
+Each command takes ``--series-dir DIR`` before it (default: ``patches/``).
+
+One series per supported release: ``patches/`` holds the series of the main base release,
+``patches/<version>/`` the same series rebased onto another release. A number names the same
+patch in every release: a release's series keeps the numbers and names of the main series (it
+may skip a number whose patch it does not carry, e.g. one fixed upstream in that release), and
+the per-patch tests ``tests/test_NNNN_*.py`` are shared: a series directory without a ``tests/``
+directory of its own uses its parent's. ``export`` and ``refresh`` keep each patch's number
+(``git format-patch`` numbers by position).
+
 ``apply`` is atomic: in tree mode every patch is first applied to a staging copy of the files the
 series touches and the target is only written when all of them applied; in git mode a failing
 ``git am`` is aborted, which restores the original HEAD. It is idempotent: patches that are
@@ -167,6 +177,27 @@ def series_base(comments: list[str]) -> dict[str, str]:
         if m:
             out[m.group(1)] = m.group(2).strip()
     return out
+
+
+def main_series_dir(series_dir: Path) -> Path | None:
+    """The main series that a release's series (``patches/<version>/``) was rebased from: the
+    parent directory, when the release's directory has no tests of its own and the parent holds
+    a series. None for the main series itself."""
+    if (series_dir / "tests").is_dir():
+        return None
+    parent = series_dir.parent
+    return parent if (parent / "series").is_file() else None
+
+
+def tests_dir(series_dir: Path) -> Path:
+    """Where the per-patch tests of the series are: its own ``tests/``, else (a release's series)
+    the main series' ``tests/``, shared by every release."""
+    return (main_series_dir(series_dir) or series_dir) / "tests"
+
+
+def public_version(version: str) -> str:
+    """``2.14.1+cu130`` -> ``2.14.1``: the release, without the wheel's local build tag."""
+    return version.split("+", 1)[0]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -548,6 +579,9 @@ def cmd_workspace(args) -> int:
         n += 1
     version = torch_version(src) or "unknown"
     tag = base.get("base-tag", "base")
+    if base.get("base-version") and not version.startswith(base["base-version"]):
+        # A tree of another release (rebasing the series onto it): tag it as that release.
+        tag = f"v{public_version(version)}"
     _run(["git", "init", "-q", "-b", "series", str(dest)])
     _git(dest, "add", "-A")
     _git(
@@ -558,7 +592,7 @@ def cmd_workspace(args) -> int:
     )
     _git(dest, "tag", tag)
     print(f"{dest}: {n} files of torch {version}, tagged {tag}")
-    if args.no_apply:
+    if args.no_apply or not patches:
         return 0
     r = _git(dest, "am", "--keep-cr", *[str(p.path) for p in patches], check=False)
     if r.returncode != 0:
@@ -585,6 +619,38 @@ def _format_patch(repo: Path, base: str, branch: str) -> tuple[Path, list[Path]]
     return out, files
 
 
+def _patch_numbers(patches: list[Patch]) -> dict[str, str]:
+    return {p.subject: p.number for p in patches}
+
+
+def _numbered_names(files: list[Path], subjects: list[str], known: dict[str, str],
+                    reserved: dict[str, str]) -> list[str]:
+    """File names for exported patches. git format-patch numbers commits by position; a patch
+    keeps instead the number its subject already has (``known``), so that in every release's
+    series a number names the same patch and its test. A new subject (a new or reworded commit)
+    takes the number after the patch before it when no other patch holds that number, else the
+    next number after all known ones. ``reserved``: numbers of the main series (subject by
+    number), which a release's own new patch must not take."""
+    assigned: list[str] = []
+    taken = {known[s] for s in subjects if s in known}
+    top = max([int(n) for n in [*known.values(), *reserved]] or [0])
+    prev = 0
+    for f, subject in zip(files, subjects):
+        if subject in known:
+            number = known[subject]
+        else:
+            number = f"{prev + 1:04d}"
+            if number in taken or number in assigned or (
+                number in reserved and reserved[number] != subject
+            ):
+                top += 1
+                number = f"{top:04d}"
+        top = max(top, int(number))
+        prev = int(number)
+        assigned.append(number)
+    return [f"{n}-{f.name.split('-', 1)[1]}" for n, f in zip(assigned, files)]
+
+
 def _write_series(series_dir: Path, comments: list[str], names: list[str]):
     text = "\n".join(comments + names) + "\n"
     (series_dir / "series").write_text(text)
@@ -593,24 +659,38 @@ def _write_series(series_dir: Path, comments: list[str], names: list[str]):
 def cmd_export(args, refresh=False) -> int:
     series_dir = args.series_dir
     repo = Path(args.repo).resolve()
-    try:
+    main_dir = main_series_dir(series_dir)
+    main_comments, main_patches = read_series(main_dir) if main_dir else ([], [])
+    if (series_dir / "series").is_file():
         comments, old = read_series(series_dir)
-    except HalpatchError:
+    elif main_dir:
+        # A release's first export: the main series' header, pinned to the workspace's release.
+        version = public_version(torch_version(repo) or "unknown")
+        tag = args.base or f"v{version}"
+        pins = {"base-version": version, "base-tag": tag}
+        comments = [c for c in main_comments if series_base([c]).keys().isdisjoint(pins)]
+        comments += [f"# {k}: {v}" for k, v in pins.items()]
+        old = []
+    else:
         comments, old = [], []
     base = args.base or series_base(comments).get("base-tag", "base")
     out, files = _format_patch(repo, base, args.branch)
+    series_dir.mkdir(parents=True, exist_ok=True)
     try:
-        new_names = [f.name for f in files]
+        subjects = [parse_patch(f).subject for f in files]
+        known = {**_patch_numbers(main_patches), **_patch_numbers(old)}
+        reserved = {p.number: p.subject for p in main_patches}
+        new_names = _numbered_names(files, subjects, known, reserved)
         report = []
-        for f in files:
-            dst = series_dir / f.name
+        for f, name in zip(files, new_names):
+            dst = series_dir / name
             new_text = f.read_text()
             if dst.exists() and _normalize_patch(dst.read_text()) == _normalize_patch(new_text):
-                report.append(f"  unchanged {f.name}")
+                report.append(f"  unchanged {name}")
                 if refresh:
                     continue
             else:
-                report.append(("  updated   " if dst.exists() else "  new       ") + f.name)
+                report.append(("  updated   " if dst.exists() else "  new       ") + name)
             dst.write_text(new_text)
         for p in old:
             if p.name not in new_names:
@@ -633,14 +713,28 @@ def lint_series(series_dir: Path, base_root: Path | None) -> list[str]:
     problems: list[str] = []
     comments, patches = read_series(series_dir)
     meta = series_base(comments)
+    main_dir = main_series_dir(series_dir)
+    main_names = {p.number: p.name for p in read_series(main_dir)[1]} if main_dir else {}
+    tests = tests_dir(series_dir)
     listed = {p.name for p in patches}
     for f in sorted(series_dir.glob("[0-9][0-9][0-9][0-9]-*.patch")):
         if f.name not in listed:
             problems.append(f"{f.name}: not listed in series")
+    previous = 0
     for n, p in enumerate(patches, 1):
         where = p.name
-        if p.number != f"{n:04d}":
+        if main_dir is None and p.number != f"{n:04d}":
             problems.append(f"{where}: number {p.number} out of sequence (expected {n:04d})")
+        elif main_dir is not None:
+            # A release's series may skip the numbers of patches it does not carry, but a
+            # number names the same patch as in the main series (and runs its test).
+            if not p.number.isdigit() or int(p.number) <= previous:
+                problems.append(
+                    f"{where}: number {p.number} out of sequence (after {previous:04d})")
+            if main_names.get(p.number, p.name) != p.name:
+                problems.append(f"{where}: the main series' {p.number} is {main_names[p.number]}; "
+                                "a number names the same patch in every release")
+        previous = int(p.number) if p.number.isdigit() else previous
         for key in ("From", "Date", "Subject"):
             if not p.headers.get(key):
                 problems.append(f"{where}: missing {key}: header")
@@ -685,9 +779,8 @@ def lint_series(series_dir: Path, base_root: Path | None) -> list[str]:
                 problems.append(f"{where}: git mailinfo cannot parse the header")
             elif "Upstream-Status:" not in msg:
                 problems.append(f"{where}: Upstream-Status would not survive git am")
-        tests = sorted((series_dir / "tests").glob(f"test_{p.number}_*.py"))
-        if not tests:
-            problems.append(f"{where}: no test patches/tests/test_{p.number}_*.py")
+        if not sorted(tests.glob(f"test_{p.number}_*.py")):
+            problems.append(f"{where}: no test tests/test_{p.number}_*.py in {tests}")
     if base_root is not None:
         version = torch_version(base_root)
         pinned = meta.get("base-version")
@@ -713,7 +806,14 @@ def cmd_lint(args) -> int:
             base_root = resolve_target(args.base, "tree").root
         else:
             base_root = installed_torch_root()
-            _, patches = read_series(args.series_dir)
+            comments, patches = read_series(args.series_dir)
+            pinned = series_base(comments).get("base-version")
+            version = torch_version(base_root) or "unknown"
+            if pinned and not version.startswith(pinned):
+                raise HalpatchError(
+                    f"the installed torch is {version}, the series in {args.series_dir} is "
+                    f"pinned to {pinned}; pass --base with a pristine {pinned} tree"
+                )
             states = series_status(base_root, patches)
             if any(s != "not applied" for s, _ in states):
                 raise HalpatchError(

@@ -7,6 +7,10 @@ environment of its own (``torchcopy.py``), the series is applied to one of them 
 in its own pytest subprocess under the interpreter of the copy's environment. A patch's test
 must FAIL on the unpatched copy (it shows the hardcoding, on the torch_hal device) and PASS on
 the patched one. Prints the table and exits non-zero otherwise.
+
+``--series-dir patches/<version>`` runs a release's series: run it with a Python whose torch is
+that release (a virtual environment's, say); the copies are made of that torch. The tests are
+shared (``patches/tests``); only those of the patches in the release's series run.
 """
 
 from __future__ import annotations
@@ -23,7 +27,6 @@ from pathlib import Path
 
 TOOLS = Path(__file__).resolve().parent
 PATCHES = TOOLS.parent
-TESTS = PATCHES / "tests"
 sys.path.insert(0, str(TOOLS))
 import halpatch  # noqa: E402
 sys.path.insert(0, str(PATCHES.parent / "tools"))
@@ -58,8 +61,8 @@ def run_pytest(test: Path, copy_root: Path, timeout: int) -> tuple[str, float, s
     try:
         r = subprocess.run(
             [torchcopy.python_executable(copy_root), "-m", "pytest", "-q", "-p", "no:cacheprovider",
-             f"--rootdir={TESTS}", str(test)],
-            cwd=TESTS, env=env, capture_output=True, text=True, timeout=timeout,
+             f"--rootdir={test.parent}", str(test)],
+            cwd=test.parent, env=env, capture_output=True, text=True, timeout=timeout,
         )
         status = RESULT.get(r.returncode, f"error({r.returncode})")
         out = r.stdout + r.stderr
@@ -70,6 +73,9 @@ def run_pytest(test: Path, copy_root: Path, timeout: int) -> tuple[str, float, s
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--series-dir", type=Path, default=PATCHES,
+                    help="the series to test (default: %(default)s; a release's series: "
+                    "patches/<version>)")
     ap.add_argument("--workdir", type=Path, help="where the torch copies go (default: a temp dir)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     # One pytest process per CPU: each is a single-threaded import-and-test run of its own.
@@ -82,12 +88,20 @@ def main(argv=None) -> int:
     ap.add_argument("--junit", type=Path, help="also write the results as JUnit XML here")
     args = ap.parse_args(argv)
 
-    _, patches = halpatch.read_series(PATCHES)
+    series_dir = args.series_dir.resolve()
+    comments, patches = halpatch.read_series(series_dir)
+    installed = halpatch.torch_version(halpatch.installed_torch_root()) or "unknown"
+    base_version = halpatch.series_base(comments).get("base-version", installed)
+    if not installed.startswith(base_version):
+        # The copies are of this Python's torch: another release's series would not apply.
+        raise SystemExit(f"this Python's torch is {installed}, the series in {series_dir} is "
+                         f"pinned to {base_version}: run it with a Python whose torch is that")
+    tests_dir = halpatch.tests_dir(series_dir)
     if args.patch:
         patches = [p for p in patches if p.number in args.patch]
     rows = []
     for p in patches:
-        tests = sorted(TESTS.glob(f"test_{p.number}_*.py"))
+        tests = sorted(tests_dir.glob(f"test_{p.number}_*.py"))
         if not tests:
             rows.append((p, None))
         rows.extend((p, t) for t in tests)
@@ -95,7 +109,7 @@ def main(argv=None) -> int:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="halpatch-tests-"))
     workdir.mkdir(parents=True, exist_ok=True)
     try:
-        unpatched, patched = prepare_copies(workdir)
+        unpatched, patched = prepare_copies(workdir, series_dir)
         jobs = []
         with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
             for p, t in rows:
@@ -130,19 +144,22 @@ def main(argv=None) -> int:
             for label, out in (("unpatched", ou), ("patched", oa)):
                 print(f"---- {tname} ({label}) ----\n{out[-4000:]}")
     if args.markdown:
-        print("| patch | concern | unpatched 2.13.0 | patched | |")
+        print(f"| patch | concern | unpatched {base_version} | patched | |")
         print("|---|---|---|---|---|")
         for n, subj, u, a, v, _ in table:
             print(f"| {n} | {subj} | {u} | {a} | {v} |")
     else:
         w = max(len(s) for _, s, *_ in table)
+        print(f"the {base_version} series on torch {installed}")
         print(f"{'patch':<6} {'concern':<{w}}  {'unpatched':<10} {'patched':<10} {'':<5} "
               f"{'s (both)':>8}")
         for n, subj, u, a, v, secs in table:
             print(f"{n:<6} {subj:<{w}}  {u:<10} {a:<10} {v:<5} {secs:8.1f}")
     n_ok = sum(1 for row in table if row[4] == "ok")
     if args.junit:
-        junit.write(args.junit, "patches-tests", cases)
+        suite = "patches-tests" if halpatch.main_series_dir(series_dir) is None else \
+            f"patches-tests-{base_version}"
+        junit.write(args.junit, suite, cases)
     print(f"{n_ok} of {len(table)} per-patch tests fail unpatched and pass patched "
           f"({sum(row[5] for row in table):.0f} s of pytest runs, {args.jobs} at a time)")
     return 0 if ok_all else 1

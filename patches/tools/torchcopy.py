@@ -7,11 +7,20 @@ the system's, so ``import torch`` there loads the copy. Python sources are copie
 edits them); every other file (the shared libraries, mostly) is hard-linked when the file system
 allows it, else copied. ``patch`` and ``halpatch.py apply`` write new files and rename them over
 the old ones, so a hard link is never written through.
+
+A torch installed in a virtual environment (another release than the system's, say) is copied
+into an environment that sees what that one sees: the system's site-packages only if the source
+environment does, and every other entry of the source's site-packages (torch's dependencies, the
+CUDA libraries of a CUDA wheel, torch_hal built for that torch) through a symbolic link beside
+the copy. The links matter for more than imports: torch's shared libraries find the CUDA
+libraries through ``$ORIGIN/../../nvidia/...``, relative to the copy, and nothing gigabytes big
+is copied.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -25,6 +34,19 @@ def _venv_python(venv: Path) -> Path:
     return venv / "bin" / "python"
 
 
+def _source_venv(src: Path) -> Path | None:
+    """The virtual environment whose site-packages ``src`` is, if any."""
+    for parent in src.resolve().parents:
+        if (parent / "pyvenv.cfg").is_file():
+            return parent
+    return None
+
+
+def _includes_system_site_packages(venv: Path) -> bool:
+    cfg = (venv / "pyvenv.cfg").read_text()
+    return re.search(r"^include-system-site-packages\s*=\s*true\s*$", cfg, re.M | re.I) is not None
+
+
 def make_copy(dest: str | Path, source_root: str | Path | None = None) -> Path:
     """Makes the virtual environment ``<dest>/venv`` and copies ``<source_root>/torch`` (default:
     the installed torch) into its site-packages. Returns that site-packages directory (the copy's
@@ -34,8 +56,10 @@ def make_copy(dest: str | Path, source_root: str | Path | None = None) -> Path:
     venv = Path(dest) / "venv"
     if venv.exists():
         raise FileExistsError(venv)
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip",
-                    str(venv)], check=True)
+    source_venv = _source_venv(src)
+    system_site = source_venv is None or _includes_system_site_packages(source_venv)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)]
+                   + (["--system-site-packages"] if system_site else []), check=True)
     purelib = subprocess.run(
         [str(_venv_python(venv)), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         check=True, capture_output=True, text=True).stdout.strip()
@@ -60,7 +84,17 @@ def make_copy(dest: str | Path, source_root: str | Path | None = None) -> Path:
                 except OSError:
                     can_link = False
                     shutil.copy2(s, d)
+    if source_venv is not None:
+        _link_site_entries(src, dest)
     return dest
+
+
+def _link_site_entries(src: Path, dest: Path) -> None:
+    """Links every entry of the source site-packages but torch (copied) into the copy's."""
+    for entry in sorted(src.iterdir()):
+        if entry.name in ("torch", "__pycache__") or (dest / entry.name).exists():
+            continue
+        os.symlink(entry.resolve(), dest / entry.name)
 
 
 def python_executable(copy_root: Path) -> str:
