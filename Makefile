@@ -68,7 +68,7 @@ TESTLOGS := $(OUT)/testlogs
 JUNIT := $(PYTHON) tools/junit.py
 
 .PHONY: all deps deps-python deps-bench bridge build test test-default test-asan test-tsan test-zoo \
-	test-bridge-next \
+	test-bridge-next bridge-next \
 	test-openreg \
 	test-default-bazel test-bridge test-patches test-fuzz test-soak conformance bench bench-compare \
 	bench-screenshot demo patches-check census soak fuzz fuzz-smoke fuzz-build fuzz-deps format \
@@ -201,10 +201,15 @@ test-bridge: bridge
 # The same bridge tests on torch $(TORCH_NEXT_VERSION): a virtual environment (out/venv-2.14.1)
 # gets that wheel and the test packages, the bridge is built against it, and test-bridge runs
 # there, its JUnit logs under out/testlogs/torch-$(TORCH_NEXT_VERSION)/.
-test-bridge-next: deps
-	@[ -x $(VENV_NEXT)/bin/python ] || python3 -m venv $(VENV_NEXT)
+test-bridge-next: bridge-next
 	@$(MAKE) --no-print-directory test-bridge PYTHON=$(CURDIR)/$(VENV_NEXT)/bin/python \
 	  TORCH_VERSION=$(TORCH_NEXT_VERSION) TESTLOGS=$(TESTLOGS)/torch-$(TORCH_NEXT_VERSION)
+
+# The virtual environment of torch $(TORCH_NEXT_VERSION) with the bridge built against it.
+bridge-next: deps
+	@[ -x $(VENV_NEXT)/bin/python ] || python3 -m venv $(VENV_NEXT)
+	@$(MAKE) --no-print-directory bridge PYTHON=$(CURDIR)/$(VENV_NEXT)/bin/python \
+	  TORCH_VERSION=$(TORCH_NEXT_VERSION)
 
 # The whole model zoo (bridge/tests/test_model_zoo.py): every model compiled on the cpu backend
 # against the CPU's compiled run, FSDP2 with torch.compile on two ranks, and every model eager on
@@ -318,7 +323,9 @@ bench-screenshot: deps-python
 # PATCHES_JUNIT=DIR also writes each step's JUnit XML below DIR (make test does).
 PATCHES_JUNIT ?=
 patch_junit = $(if $(PATCHES_JUNIT),--junit $(PATCHES_JUNIT)/$(1)/test.xml)
-patches-check: bridge
+PYTHON_NEXT := $(CURDIR)/$(VENV_NEXT)/bin/python
+SERIES_NEXT := patches/$(TORCH_NEXT_VERSION)
+patches-check: bridge bridge-next
 	@echo "== lint"
 	@$(if $(PATCHES_JUNIT),$(JUNIT) --out $(PATCHES_JUNIT)/patches-lint/test.xml --suite patches-lint --) \
 	  $(PYTHON) patches/tools/halpatch.py lint
@@ -329,10 +336,27 @@ patches-check: bridge
 	@$(PYTHON) patches/tools/run_tests.py $(call patch_junit,patches-tests)
 	@echo "== acceptance: CUDA-style scripts under torchrun on hal and neuron, unpatched vs patched"
 	@$(PYTHON) patches/acceptance/run_acceptance.py $(call patch_junit,patches-acceptance)
+	@echo "== the $(TORCH_NEXT_VERSION) series ($(SERIES_NEXT)): lint, apply --check, per-patch tests on torch $(TORCH_NEXT_VERSION)"
+	@$(if $(PATCHES_JUNIT),$(JUNIT) --out $(PATCHES_JUNIT)/patches-lint-$(TORCH_NEXT_VERSION)/test.xml \
+	  --suite patches-lint-$(TORCH_NEXT_VERSION) --) \
+	  $(PYTHON_NEXT) patches/tools/halpatch.py --series-dir $(SERIES_NEXT) lint
+	@$(if $(PATCHES_JUNIT),$(JUNIT) --out $(PATCHES_JUNIT)/patches-apply-check-$(TORCH_NEXT_VERSION)/test.xml \
+	  --suite patches-apply-check-$(TORCH_NEXT_VERSION) --) \
+	  $(PYTHON_NEXT) patches/tools/halpatch.py --series-dir $(SERIES_NEXT) apply --check installed
+	@$(PYTHON_NEXT) patches/tools/run_tests.py --series-dir $(SERIES_NEXT) \
+	  $(call patch_junit,patches-tests-$(TORCH_NEXT_VERSION))
 
-census: deps-python
+# The census of each supported release with its series, then the two releases side by side:
+# what upstream removed between them beside what each series removes.
+census: deps-python bridge-next
 	@$(if $(PATCHES_JUNIT),$(JUNIT) --out $(PATCHES_JUNIT)/census/test.xml --suite census --) \
 	  $(PYTHON) upstream_tracking/census.py --series
+	@$(if $(PATCHES_JUNIT),$(JUNIT) --out $(PATCHES_JUNIT)/census-$(TORCH_NEXT_VERSION)/test.xml \
+	  --suite census-$(TORCH_NEXT_VERSION) --) \
+	  $(PYTHON_NEXT) upstream_tracking/census.py --series --series-dir $(SERIES_NEXT)
+	@$(PYTHON) upstream_tracking/census.py --compare "$$($(PYTHON) -c 'import os, torch; \
+	  print(os.path.dirname(os.path.dirname(torch.__file__)))')" "$$($(PYTHON_NEXT) -c 'import os, \
+	  torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')"
 
 # ---- reliability -------------------------------------------------------------------------------
 
