@@ -21,7 +21,9 @@ GradScaler, clipping, AdamW):
 The per-operator cost on its own: torch.add of two 8-element tensors on hal and on plain CPU in
 the same process (the best of several runs); the difference is what the bridge adds to every
 operator (target <= 0.40 us; --op-cost-target). The same again with torch.profiler recording
-the CPU and the device: what the device's rows in the trace add per operator (no target).
+the CPU and the device: what the device's rows in the trace add per operator (no target). And
+the hal step and the per-operator cost once more with the device's Kineto profiler not
+registered (TORCH_HAL_KINETO_PROFILER=0): what a registered, idle profiler costs (no target).
 
 torch.compile: the cpu backend's step once more with the model compiled (torch.compile(model),
 no backend argument: Inductor's C++ kernels launched through the HAL program API on the device,
@@ -388,6 +390,21 @@ def main(argv=None):
     targets.append(target(f"per-operator cost: torch.add of 8 elements on hal minus on cpu <= "
                           f"{args.op_cost_target:.2f} us", cost, "<=", args.op_cost_target,
                           unit="us"))
+    # What the device's Kineto profiler costs while registered but idle (profiling off): the
+    # same worker without it (TORCH_HAL_KINETO_PROFILER=0), each ratio against its own CPU step.
+    unregistered = run_worker("cpu", "hal", args, env_extra={"TORCH_HAL_KINETO_PROFILER": "0"})
+    ratio_unregistered = unregistered["device_median_s"] / unregistered["cpu_median_s"]
+    tiny_unregistered = unregistered["tiny_op_us"]
+    cost_unregistered = tiny_unregistered["device"] - tiny_unregistered["cpu"]
+    print(f"idle device profiler (registered, not recording) against none registered "
+          f"(TORCH_HAL_KINETO_PROFILER=0): hal/cpu step {ratio_hal:.3f}x against "
+          f"{ratio_unregistered:.3f}x, per-operator cost {cost:.2f} us against "
+          f"{cost_unregistered:.2f} us (no target; two processes, so within run-to-run noise "
+          f"means nothing measurable)")
+    results["idle_profiler"] = {"step_ratio_registered": ratio_hal,
+                                "step_ratio_unregistered": ratio_unregistered,
+                                "op_cost_registered_us": cost,
+                                "op_cost_unregistered_us": cost_unregistered}
     if neuron:
         s, cal = neuron["split"], neuron["copy_calibration"]
         print(f"neuron: compute {s['compute_s'] * 1000:.1f} ms + copies {s['copies_s'] * 1000:.1f}"
