@@ -122,7 +122,10 @@ def corpus_comm_bind() -> None:
 
 
 def corpus_comm_timeout() -> None:
-    for value in ("300000", "1", "4294967295", "4294967296", "0", "-5", " 5", "12ms"):
+    # " -18446744073709551615": a sign after blanks, which strtoull wraps to 1 (found by the
+    # fuzzer; HAL_COMM_STAGING_CHUNK shared the bug)
+    for value in ("300000", "1", "4294967295", "4294967296", "0", "-5", " 5", "12ms",
+                  "\v-18446744073709551615", " +7"):
         write("comm_timeout", value.encode())
 
 

@@ -28,10 +28,8 @@ static hal_status_t default_timeout(uint32_t *out, const char *call)
     *out = HAL_COMM_DEFAULT_TIMEOUT_MS;
     if (!env || !*env)
         return HAL_OK;
-    char *end = NULL;
-    errno = 0;
-    unsigned long long v = strtoull(env, &end, 10);
-    if (errno || *end || v == 0 || v > UINT32_MAX || env[0] == '-' || env[0] == '+')
+    unsigned long long v = 0;
+    if (!hal_comm_parse_env_count(env, &v) || v == 0 || v > UINT32_MAX)
         return hal_error(HAL_ERROR_INVALID_ARGUMENT, NULL, call,
                          "HAL_COMM_TIMEOUT_MS=\"%s\" is invalid: expected milliseconds, 1 to %u",
                          env, UINT32_MAX);

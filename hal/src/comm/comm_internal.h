@@ -4,6 +4,11 @@
 #ifndef HAL_SRC_COMM_COMM_INTERNAL_H
 #define HAL_SRC_COMM_COMM_INTERNAL_H
 
+#include <ctype.h>
+#include <errno.h>
+#include <stdbool.h>
+#include <stdlib.h>
+
 #include "hal/layers/layer.h"
 #include "hal/src/comm/bootstrap.h"
 #include "hal/src/comm/engine.h"
@@ -144,5 +149,25 @@ comm_job_t *hal_comm_job_alloc(struct hal_comm_s *comm, size_t n);
 /* Gives back a job's room (after its host function ran, or when it could not be enqueued).
  * Thread safety: safe. */
 void hal_comm_job_free(comm_job_t *job);
+
+/* Parses the unsigned decimal value of an environment variable: optional leading blanks, then
+ * digits only, nothing after them. Signs are refused wherever they stand: strtoull alone takes
+ * " -18446744073709551615" for 1. Returns false for anything else or an overflow.
+ * Thread safety: safe. */
+static inline bool hal_comm_parse_env_count(const char *text, unsigned long long *out)
+{
+    const char *digits = text;
+    while (isspace((unsigned char)*digits))
+        digits++;
+    if (*digits < '0' || *digits > '9')
+        return false;
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = strtoull(digits, &end, 10);
+    if (errno != 0 || *end != '\0')
+        return false;
+    *out = v;
+    return true;
+}
 
 #endif /* HAL_SRC_COMM_COMM_INTERNAL_H */

@@ -96,10 +96,8 @@ hal_status_t hal_comm_pipeline_chunk(const char *call, size_t *chunk)
     *chunk = PIPE_DEFAULT_CHUNK;
     if (!env || !*env)
         return HAL_OK;
-    char *end = NULL;
-    errno = 0;
-    unsigned long long v = strtoull(env, &end, 10);
-    if (errno || *end || env[0] == '-' || env[0] == '+' ||
+    unsigned long long v = 0;
+    if (!hal_comm_parse_env_count(env, &v) ||
         (v != 0 && (v < PIPE_MIN_CHUNK || v > PIPE_MAX_CHUNK)))
         return hal_error(HAL_ERROR_INVALID_ARGUMENT, NULL, call,
                          "HAL_COMM_STAGING_CHUNK=\"%s\" is invalid: expected bytes, 0 (no "

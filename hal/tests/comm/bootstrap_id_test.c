@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The unique id (layout, round trip, rejection of corrupted ids, a fuzz-style sweep),
- * hal_bootstrap_connect's argument checks, and HAL_COMM_BIND. */
+ * hal_bootstrap_connect's argument checks, HAL_COMM_BIND and HAL_COMM_TIMEOUT_MS. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -70,6 +70,31 @@ CTEST(bootstrap_id, new_id_rejects_bad_arguments)
     CTEST_CHECK(hal_bootstrap_new_id(0, TEST_TIMEOUT_MS, NULL) == HAL_ERROR_INVALID_ARGUMENT);
     CTEST_CHECK(hal_bootstrap_new_id(0x10, TEST_TIMEOUT_MS, &id) == HAL_ERROR_INVALID_ARGUMENT);
     CTEST_CHECK(strstr(hal_last_error_message(), "flags") != NULL);
+    return CTEST_PASS;
+}
+
+/* HAL_COMM_TIMEOUT_MS, read by hal_comm_get_unique_id: digits after optional blanks, 1 to
+ * 2^32 - 1; a sign is refused wherever it stands (strtoull wraps " -18446744073709551615" to 1:
+ * found by fuzz/fuzz_comm_timeout.c). */
+CTEST(bootstrap_id, comm_timeout_variable_is_checked)
+{
+    static const char *const bad[] = { "0",    "-5",         "+5",   " -18446744073709551615",
+                                       "\v+7", "4294967296", "12ms", " ",
+                                       "1 " };
+    hal_unique_id_t id;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        setenv("HAL_COMM_TIMEOUT_MS", bad[i], 1);
+        if (hal_comm_get_unique_id(HAL_COMM_ID_FLAG_STORE, &id) != HAL_ERROR_INVALID_ARGUMENT) {
+            fprintf(stderr, "HAL_COMM_TIMEOUT_MS=\"%s\" was accepted\n", bad[i]);
+            unsetenv("HAL_COMM_TIMEOUT_MS");
+            return CTEST_FAIL;
+        }
+        CTEST_CHECK(strstr(hal_last_error_message(), "HAL_COMM_TIMEOUT_MS") != NULL);
+    }
+    setenv("HAL_COMM_TIMEOUT_MS", " 4294967295", 1);
+    hal_status_t st = hal_comm_get_unique_id(HAL_COMM_ID_FLAG_STORE, &id);
+    unsetenv("HAL_COMM_TIMEOUT_MS");
+    CTEST_CHECK(st == HAL_OK);
     return CTEST_PASS;
 }
 
