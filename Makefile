@@ -336,7 +336,7 @@ patches-check: bridge bridge-next
 	@$(PYTHON) patches/tools/run_tests.py $(call patch_junit,patches-tests)
 	@echo "== acceptance: CUDA-style scripts under torchrun on hal and neuron, unpatched vs patched"
 	@$(PYTHON) patches/acceptance/run_acceptance.py $(call patch_junit,patches-acceptance)
-	@echo "== the $(TORCH_NEXT_VERSION) series ($(SERIES_NEXT)): lint, apply --check, per-patch tests on torch $(TORCH_NEXT_VERSION)"
+	@echo "== the $(TORCH_NEXT_VERSION) series ($(SERIES_NEXT)): lint, apply --check, per-patch tests and acceptance on torch $(TORCH_NEXT_VERSION)"
 	@$(if $(PATCHES_JUNIT),$(JUNIT) --out $(PATCHES_JUNIT)/patches-lint-$(TORCH_NEXT_VERSION)/test.xml \
 	  --suite patches-lint-$(TORCH_NEXT_VERSION) --) \
 	  $(PYTHON_NEXT) patches/tools/halpatch.py --series-dir $(SERIES_NEXT) lint
@@ -345,6 +345,9 @@ patches-check: bridge bridge-next
 	  $(PYTHON_NEXT) patches/tools/halpatch.py --series-dir $(SERIES_NEXT) apply --check installed
 	@$(PYTHON_NEXT) patches/tools/run_tests.py --series-dir $(SERIES_NEXT) \
 	  $(call patch_junit,patches-tests-$(TORCH_NEXT_VERSION))
+	@echo "== acceptance on torch $(TORCH_NEXT_VERSION), unpatched vs its series"
+	@$(PYTHON_NEXT) patches/acceptance/run_acceptance.py --series-dir $(SERIES_NEXT) \
+	  $(call patch_junit,patches-acceptance-$(TORCH_NEXT_VERSION))
 
 # The census of each supported release with its series, then the two releases side by side:
 # what upstream removed between them beside what each series removes.

@@ -3,6 +3,7 @@
 
     python3 patches/acceptance/run_acceptance.py [--devices hal,neuron] [--markdown]
                                                  [--update-expected] [--junit FILE]
+                                                 [--series-dir patches/<version>]
 
 Both torches are private copies of the installed one (the system's is not modified); the series
 is applied to one of them. Every script of ``SCRIPTS`` runs as ``python -m torch.distributed.run
@@ -19,6 +20,11 @@ A feature's cell is the worst result over the ranks. The table is compared with
 ``known_gaps`` (each with its reason); 0 otherwise. Unpatched results that differ from the
 file, known gaps that now pass and features the file does not know are reported, not failed.
 ``--update-expected`` writes this run's results into the file (its known gaps kept).
+
+``--series-dir patches/<version>`` runs a release's series (run it with a Python whose torch is
+that release, a virtual environment's, say: the copies are of this Python's torch); its results
+are compared with ``expected-<version>.json``, since what a release needs the series for
+differs.
 """
 
 from __future__ import annotations
@@ -259,7 +265,12 @@ def main(argv=None) -> int:
     # second launch finishes the phase in about 70% of the time (measured)
     ap.add_argument("-j", "--jobs", type=int, default=min(4, max(2, (os.cpu_count() or 2) // 2)),
                     help="torchrun launches at once (default: half the CPUs, 2 to 4)")
-    ap.add_argument("--expected", type=Path, default=EXPECTED)
+    ap.add_argument("--series-dir", type=Path, default=HERE.parent,
+                    help="the series (default: %(default)s; a release's series: "
+                    "patches/<version>)")
+    ap.add_argument("--expected", type=Path,
+                    help="default: expected.json, or expected-<version>.json for a release's "
+                    "series")
     ap.add_argument("--update-expected", action="store_true",
                     help="write this run's results into the expected file")
     ap.add_argument("--markdown", action="store_true")
@@ -270,6 +281,18 @@ def main(argv=None) -> int:
     for s in scripts:
         if s not in SCRIPTS:
             ap.error(f"unknown script {s}; known: {', '.join(SCRIPTS)}")
+    series_dir = args.series_dir.resolve()
+    comments, _ = halpatch.read_series(series_dir)
+    installed = halpatch.torch_version(halpatch.installed_torch_root()) or "unknown"
+    release = halpatch.series_base(comments).get("base-version", installed)
+    if not installed.startswith(release):
+        raise SystemExit(f"this Python's torch is {installed}, the series in {series_dir} is "
+                         f"pinned to {release}: run it with a Python whose torch is that")
+    args.release = release
+    main_series = series_dir == HERE.parent.resolve()
+    args.suite = "patches-acceptance" if main_series else f"patches-acceptance-{release}"
+    if args.expected is None:
+        args.expected = EXPECTED if main_series else HERE / f"expected-{release}.json"
     expected = load_expected(args.expected)
 
     t_start = time.monotonic()
@@ -280,7 +303,7 @@ def main(argv=None) -> int:
     launches: list[Launch] = []
     reference: dict[str, dict] = {}
     try:
-        unpatched, patched = run_tests.prepare_copies(workdir)
+        unpatched, patched = run_tests.prepare_copies(workdir, series_dir)
         for root in (unpatched, patched):
             seed_bytecode(root)
         roots = {"unpatched": unpatched, "patched": patched}
@@ -410,7 +433,7 @@ def report(args, devices, scripts, results, reference, expected, launches, t_cop
                     row.append(st + mark)
             rows.append((s, row))
 
-    header = ["feature"] + [f"{d} {'2.13.0' if c == 'unpatched' else '+ series'}"
+    header = ["feature"] + [f"{d} {args.release if c == 'unpatched' else '+ series'}"
                             for d in devices for c in COPIES]
     if args.markdown:
         print("| " + " | ".join(header) + " |")
@@ -449,7 +472,7 @@ def report(args, devices, scripts, results, reference, expected, launches, t_cop
           f"{sum(la.cpu_seconds for la in launches):.0f} cpu s in {len(launches)} launches, "
           f"{ru.ru_utime + ru.ru_stime:.0f} cpu s in all")
     if args.junit:
-        junit.write(args.junit, "patches-acceptance", cases)
+        junit.write(args.junit, args.suite, cases)
     if args.update_expected:
         write_expected(args.expected, expected, scripts, devices, results)
         print(f"wrote {args.expected}")

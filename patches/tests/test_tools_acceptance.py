@@ -131,7 +131,8 @@ def verdict(tmp_path, capsys, patched, expected_patched="pass", gaps=None, unpat
     results = {("a.py", "dev", "unpatched"): {"feat": {"status": unpatched}},
                ("a.py", "dev", "patched"): {"feat": {"status": patched}} if patched else {}}
     args = argparse.Namespace(expected=tmp_path / "expected.json", markdown=False,
-                              junit=tmp_path / "junit.xml", update_expected=False)
+                              junit=tmp_path / "junit.xml", update_expected=False,
+                              release="2.13.0", suite="patches-acceptance")
     rc = ra.report(args, ["dev"], ["a.py"], results, {}, expected, [], 0.0, 0.0)
     return rc, capsys.readouterr().out, (tmp_path / "junit.xml").read_text()
 
