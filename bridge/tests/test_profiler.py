@@ -106,6 +106,25 @@ def test_device_rows_in_the_kineto_trace(device, host_addressable, tmp_path):
     assert "aten::mm" in table
 
 
+def test_zero_fills_are_memset_rows(device, tmp_path):
+    # torch.zeros and zero_() on dense tensors are one stream-ordered hal_memset_async each.
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
+        z = torch.zeros(1000, device=device)
+        torch.empty(3, 5, dtype=torch.float64, device=device).zero_()
+        torch.accelerator.synchronize()
+    assert torch.count_nonzero(z.cpu()) == 0
+    events = _trace(prof, tmp_path)
+    _check_links(events)
+    memsets = [e for e in events if e.get("cat") == "gpu_memset"]
+    assert sorted(e["args"]["bytes"] for e in memsets) == [3 * 5 * 8, 1000 * 4], memsets
+    stream = torch.get_device_module(device.type).current_stream(device).stream_id
+    assert all(e["pid"] == device.index and e["tid"] == stream and e["dur"] >= 0
+               for e in memsets)
+    runtime = [e for e in events if e.get("cat") == "privateuse1_runtime"
+               and e["name"] == "hal_memset_async"]
+    assert len(runtime) == 2
+
+
 def test_compiled_kernels_are_timed_on_the_stream(device, tmp_path):
     torch._dynamo.reset()
     fn = torch.compile(lambda a: (a * 2).sin() + 1)

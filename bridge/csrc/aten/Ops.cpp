@@ -368,8 +368,11 @@ at::Tensor &zero_(at::Tensor &self)
         // All-zero bytes are zero in every dtype: a stream-ordered memset.
         const c10::DeviceGuard guard(self.device());
         size_t n = static_cast<size_t>(self.numel()) * self.itemsize();
-        TORCH_HAL_CHECK(
-            hal_memset_async(self.data_ptr(), 0, n, currentHalStream(self.device().index())));
+        c10::Stream stream = currentStream(self.device().index());
+        StreamActivity activity(DeviceActivityKind::Memset, "Memset (Device)", stream,
+                                static_cast<int64_t>(n)); // torch.profiler
+        TORCH_HAL_CHECK(hal_memset_async(self.data_ptr(), 0, n, halStream(stream)));
+        activity.end();
         return self;
     }
     static const c10::OperatorHandle zero = findOperator("aten::zero_", "");
