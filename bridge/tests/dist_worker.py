@@ -465,6 +465,8 @@ def profiled_collectives():
     assert allreduce["In msg nelems"] == 1000 and allreduce["Out msg nelems"] == 1000, allreduce
     assert allreduce["dtype"] == "Float" and allreduce["Group size"] == WORLD, allreduce
     assert by_name["all_gather_into_tensor"]["Out msg nelems"] == 1000 * WORLD
+    # The default group's global ranks, as NCCL's process group gives them: 0, 1, ... WORLD - 1.
+    assert allreduce["Global rank start"] == 0 and allreduce["Global rank stride"] == 1, allreduce
     # Their device rows: kernels on the communication stream, linked to record_param_comms.
     comm_ids = {e["args"]["External id"] for e in events if e.get("name") == "record_param_comms"}
     rows = {e["name"]: e for e in events if e.get("cat") == "kernel"}

@@ -69,6 +69,8 @@ def _create_backend(dist_options, backend_options=None):
         dist_options.group_size,
         _timeout_ms(dist_options.timeout),
         dist_options.group_id or "",
+        # the group's ranks in the default group (empty for the default group): torch.profiler
+        list(getattr(dist_options, "global_ranks_in_group", None) or []),
     )
 
 

@@ -76,12 +76,15 @@ c10d backend over the HAL's collectives (torch.distributed backend "torch_hal").
 Created by torch.distributed.init_process_group / new_group through the creator that
 torch_hal.distributed registers; construct it directly only for tests.)")
             .def(py::init([](const c10::intrusive_ptr<c10d::Store> &store, int rank, int size,
-                             int64_t timeout_ms, const std::string &group_name) {
+                             int64_t timeout_ms, const std::string &group_name,
+                             const std::vector<uint64_t> &global_ranks) {
                      return GilReleasingPtr<ProcessGroupHAL>(c10::make_intrusive<ProcessGroupHAL>(
-                         store, rank, size, std::chrono::milliseconds(timeout_ms), group_name));
+                         store, rank, size, std::chrono::milliseconds(timeout_ms), group_name,
+                         global_ranks));
                  }),
                  py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout_ms"),
-                 py::arg("group_name") = "", py::call_guard<py::gil_scoped_release>())
+                 py::arg("group_name") = "", py::arg("global_ranks") = std::vector<uint64_t>(),
+                 py::call_guard<py::gil_scoped_release>())
             .def_property_readonly("comm_device", &ProcessGroupHAL::commDevice,
                                    "Index of the device of the group's HAL communicator, or -1 "
                                    "before the first collective created it.")

@@ -10,6 +10,7 @@
 #include <c10/core/StreamGuard.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/ParamCommsUtils.hpp>
+#include <torch/csrc/distributed/c10d/Utils.hpp>
 
 #include <atomic>
 
@@ -22,11 +23,14 @@ namespace torch_hal
 // ---- Process group ------------------------------------------------------------------------------
 
 ProcessGroupHAL::ProcessGroupHAL(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
-                                 std::chrono::milliseconds timeout, std::string group_name)
+                                 std::chrono::milliseconds timeout, std::string group_name,
+                                 const std::vector<uint64_t> &global_ranks)
     : c10d::Backend(rank, size), store_(std::move(store)), timeout_(timeout),
       group_name_(std::move(group_name))
 {
     TORCH_CHECK(isBackendOpen(), "torch_hal process group: no HAL backend is open");
+    // As NCCL's process group computes them (0 and 1 for the default group).
+    c10d::getGlobalRankStartAndStride(global_ranks, global_rank_start_, global_rank_stride_);
     init();
 }
 
@@ -78,8 +82,7 @@ ProcessGroupHAL::run(c10d::OpType type, const char *what, c10::Device device,
 {
     std::lock_guard<std::recursive_mutex> lock(mutex_);
     // torch.profiler sees the call as it sees NCCL's (a record_param_comms op: collective,
-    // element counts, dtype, group, rank, size). The group's global ranks are not known here:
-    // start and stride are -1.
+    // element counts, dtype, group, rank, size, the group's global ranks).
     int64_t in_elems = 0, out_elems = 0;
     for (const at::Tensor &t : inputs)
         in_elems += t.numel();
@@ -90,7 +93,8 @@ ProcessGroupHAL::run(c10d::OpType type, const char *what, c10::Device device,
                                                     : at::kByte;
     RECORD_PARAM_COMMS_DATA(profiled_seq_++, std::make_tuple(getGroupUid(), getGroupDesc()), inputs,
                             outputs, rank_, std::string(what), in_elems, out_elems, dtype,
-                            std::vector<int64_t>(), std::vector<int64_t>(), -1, -1, size_);
+                            std::vector<int64_t>(), std::vector<int64_t>(), global_rank_start_,
+                            global_rank_stride_, size_);
     const bool coalesced = coalescing_.active;
     if (coalesced) {
         TORCH_CHECK(coalescing_.thread == std::this_thread::get_id(),

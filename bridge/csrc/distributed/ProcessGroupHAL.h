@@ -88,8 +88,11 @@ class WorkHAL : public c10d::Work
 class ProcessGroupHAL : public c10d::Backend
 {
   public:
+    // global_ranks: the group's ranks in the default group, as torch.distributed passes them
+    // (empty for the default group itself); they name the group in torch.profiler.
     ProcessGroupHAL(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
-                    std::chrono::milliseconds timeout, std::string group_name);
+                    std::chrono::milliseconds timeout, std::string group_name,
+                    const std::vector<uint64_t> &global_ranks = {});
     ~ProcessGroupHAL() override;
 
     const std::string getBackendName() const override
@@ -189,6 +192,8 @@ class ProcessGroupHAL : public c10d::Backend
     c10::intrusive_ptr<c10d::Store> store_;
     std::chrono::milliseconds timeout_;
     std::string group_name_;
+    int global_rank_start_ = 0;          // record_param_comms: the group's first global rank
+    int global_rank_stride_ = 1;         // and the stride between them (-1: not evenly spaced)
     int64_t profiled_seq_ = 0;           // collectives issued, as torch.profiler numbers them
     mutable std::recursive_mutex mutex_; // one thread at a time in the communicator
     std::shared_ptr<CommState> comm_;
