@@ -282,13 +282,7 @@ def main(argv=None) -> int:
         if s not in SCRIPTS:
             ap.error(f"unknown script {s}; known: {', '.join(SCRIPTS)}")
     series_dir = args.series_dir.resolve()
-    comments, _ = halpatch.read_series(series_dir)
-    installed = halpatch.torch_version(halpatch.installed_torch_root()) or "unknown"
-    release = halpatch.series_base(comments).get("base-version", installed)
-    if not installed.startswith(release):
-        raise SystemExit(f"this Python's torch is {installed}, the series in {series_dir} is "
-                         f"pinned to {release}: run it with a Python whose torch is that")
-    args.release = release
+    release = args.release = halpatch.installed_release(series_dir)
     main_series = series_dir == HERE.parent.resolve()
     args.suite = "patches-acceptance" if main_series else f"patches-acceptance-{release}"
     if args.expected is None:

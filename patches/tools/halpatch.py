@@ -179,6 +179,19 @@ def series_base(comments: list[str]) -> dict[str, str]:
     return out
 
 
+def installed_release(series_dir: Path) -> str:
+    """The release the series in ``series_dir`` is pinned to (``base-version``), checked against
+    this Python's torch: the tools copy that torch, and another release's series would not apply
+    to it. Raises SystemExit naming both otherwise."""
+    comments, _ = read_series(series_dir)
+    installed = torch_version(installed_torch_root()) or "unknown"
+    release = series_base(comments).get("base-version", installed)
+    if not installed.startswith(release):
+        raise SystemExit(f"this Python's torch is {installed}, the series in {series_dir} is "
+                         f"pinned to {release}: run it with a Python whose torch is that")
+    return release
+
+
 def main_series_dir(series_dir: Path) -> Path | None:
     """The main series that a release's series (``patches/<version>/``) was rebased from: the
     parent directory, when the release's directory has no tests of its own and the parent holds
