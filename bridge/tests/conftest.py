@@ -165,7 +165,7 @@ def _openreg_summary(terminalreporter):
     terminalreporter.write_line(
         f"backend {torch_hal.backend_name()}: {covered} of the {in_suite} cases of its Python "
         f"files but test_compile.py run ({left_out} left out: OpenReg's own extension, not in "
-        f"torch 2.13); "
+        f"the torch wheel); "
         f"{counts['passed']} passed ({100.0 * counts['passed'] / max(covered, 1):.1f}%), "
         f"{counts['xfailed']} expected failures (not supported), {counts['failed']} failed, "
         f"{counts['skipped']} skipped")
