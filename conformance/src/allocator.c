@@ -329,6 +329,83 @@ int cts_allocator_stats_invalid(cts_ctx_t *ctx)
     return CTS_PASS;
 }
 
+/* What hal_allocator_snapshot's visitor saw: the first 32 blocks and the count. */
+typedef struct snapshot_seen {
+    hal_allocator_block_info_t blocks[32];
+    size_t count;
+} snapshot_seen_t;
+
+static void snapshot_collect(const hal_allocator_block_info_t *info, void *user)
+{
+    snapshot_seen_t *seen = user;
+    if (seen->count < 32)
+        seen->blocks[seen->count] = *info;
+    seen->count++;
+}
+
+/* The blocks tile each segment, in address order, and agree with the statistics. */
+int cts_allocator_snapshot(cts_ctx_t *ctx)
+{
+    hal_allocator_t a = NULL;
+    void *kept = NULL, *freed = NULL;
+    hal_allocator_stats_t s;
+    snapshot_seen_t *seen = cts_calloc(ctx, sizeof(*seen));
+    CTS_CHECK(seen != NULL);
+    CTS_CHECK_OK(hal_allocator_create(ctx->device, NULL, &a));
+    CTS_CHECK_OK(hal_allocator_snapshot(a, snapshot_collect, seen));
+    CTS_CHECK(seen->count == 0); /* nothing allocated: no segment */
+    CTS_CHECK_OK(hal_allocator_alloc(a, 3000, NULL, &kept));
+    CTS_CHECK_OK(hal_allocator_alloc(a, 5000, NULL, &freed));
+    CTS_CHECK_OK(hal_allocator_free(a, freed));
+    CTS_CHECK_OK(hal_allocator_snapshot(a, snapshot_collect, seen));
+    CTS_CHECK(seen->count >= 2 && seen->count <= 32);
+    size_t reserved = 0, allocated = 0, found = 0;
+    const char *expected = NULL;
+    for (size_t i = 0; i < seen->count; i++) {
+        const hal_allocator_block_info_t *b = &seen->blocks[i];
+        if (i == 0 || b->segment_address != seen->blocks[i - 1].segment_address) {
+            CTS_CHECK(i == 0 || expected == (const char *)seen->blocks[i - 1].segment_address +
+                                                seen->blocks[i - 1].segment_size);
+            CTS_CHECK(i == 0 || b->segment_address > seen->blocks[i - 1].segment_address);
+            expected = b->segment_address;
+            reserved += b->segment_size;
+        }
+        CTS_CHECK(b->address == expected); /* no gap, no overlap */
+        expected += b->size;
+        if (b->state == HAL_ALLOCATOR_BLOCK_ALLOCATED)
+            allocated += b->size;
+        if (b->address == kept) {
+            CTS_CHECK(b->state == HAL_ALLOCATOR_BLOCK_ALLOCATED && b->requested == 3000);
+            found++;
+        }
+    }
+    CTS_CHECK(found == 1);
+    CTS_CHECK(stats_of(a, &s) == 0);
+    CTS_CHECK(reserved == s.reserved_bytes && allocated == s.allocated_bytes);
+    CTS_CHECK_OK(hal_allocator_free(a, kept));
+    CTS_CHECK_OK(hal_allocator_destroy(a));
+    return CTS_PASS;
+}
+
+int cts_allocator_snapshot_invalid(cts_ctx_t *ctx)
+{
+    hal_allocator_t a = NULL;
+    void *p = NULL;
+    snapshot_seen_t *seen = cts_calloc(ctx, sizeof(*seen));
+    CTS_CHECK(seen != NULL);
+    CTS_CHECK_OK(hal_allocator_create(ctx->device, NULL, &a));
+    CTS_CHECK_OK(hal_allocator_alloc(a, 4096, NULL, &p));
+    CTS_CHECK_STATUS(hal_allocator_snapshot(a, NULL, seen), HAL_ERROR_INVALID_ARGUMENT);
+    CTS_CHECK(strstr(hal_last_error_message(), "hal_allocator_snapshot") != NULL);
+    CTS_CHECK_STATUS(hal_allocator_snapshot(NULL, snapshot_collect, seen),
+                     HAL_ERROR_INVALID_HANDLE);
+    CTS_CHECK(seen->count == 0);                             /* nothing visited */
+    CTS_CHECK_OK(hal_allocator_get_block(a, p, NULL, NULL)); /* nothing changed */
+    CTS_CHECK_OK(hal_allocator_free(a, p));
+    CTS_CHECK_OK(hal_allocator_destroy(a));
+    return CTS_PASS;
+}
+
 int cts_allocator_out_of_memory(cts_ctx_t *ctx)
 {
     hal_allocator_t a = NULL;
