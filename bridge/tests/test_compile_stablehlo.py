@@ -120,8 +120,86 @@ def test_dropout_draws_what_eager_draws(device):
     torch.manual_seed(123)
     got = compiled(x)
     torch.testing.assert_close(got.cpu(), want.cpu())
+    assert torch.equal(got.cpu() == 1, want.cpu() == 1)  # the same mask
     report = _lowered_reports(before)[0][2]
-    assert any("dropout" in op or "bernoulli" in op for op in report.eager_ops), str(report)
+    # The mask is drawn outside the program, the rest lowered (as AWS's backend does).
+    assert report.draws == 1 and report.eager == 0 and report.lowered == report.total, \
+        str(report)
+
+
+def _checkpointed(x):
+    def block(a):
+        return F.dropout(torch.tanh(a) * 3, p=0.25, training=True) * a
+
+    return torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False,
+                                             preserve_rng_state=True).sum(-1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_checkpointed_dropout_is_drawn_outside_and_recomputed_in_the_backward(device, dtype):
+    """Activation checkpointing wraps the forward's dropout in run_and_save_rng_state and its
+    recomputation in run_with_rng_state: both masks are drawn outside the programs, the
+    backward's from the forward's generator state, so outputs and gradients are eager's."""
+    _fresh()
+    x = torch.randn(6, 40, device=device, dtype=dtype)
+    runs = []
+    before = len(graph_compiler.reports())
+    for fn in (_checkpointed, torch.compile(_checkpointed)):
+        a = x.clone().requires_grad_(True)
+        torch.manual_seed(7)
+        out = fn(a)
+        out.sum().backward()
+        runs.append((out.detach().cpu(), a.grad.cpu()))
+    (want, want_grad), (got, got_grad) = runs
+    tol = dict(rtol=2e-2, atol=2e-2) if dtype == torch.bfloat16 else {}
+    torch.testing.assert_close(got, want, **tol)
+    torch.testing.assert_close(got_grad, want_grad, **tol)
+    assert torch.equal(got_grad == 0, want_grad == 0)  # the backward's mask is the forward's
+    reports = {kind: r for _, kind, r in _lowered_reports(before)}
+    assert set(reports) == {"forward", "backward"}
+    for r in reports.values():
+        assert r.draws == 1 and r.eager == 0 and r.lowered == r.total, str(r)
+
+
+def test_results_keep_eagers_strides(device):
+    """A program's results are contiguous; a region's result that eager traced as a transpose
+    gets eager's strides back (what follows it, or the caller, may depend on them)."""
+    _fresh()
+
+    def f(x):
+        return (x * 2).transpose(0, 2), torch.tanh(x).permute(1, 0, 2)
+
+    x = torch.randn(4, 3, 5, device=device)
+    got, want = torch.compile(f)(x), f(x)
+    for g, w in zip(got, want):
+        assert g.stride() == w.stride()
+        torch.testing.assert_close(g.cpu(), w.cpu())
+
+
+def test_random_ops_that_are_not_dropout_stay_eager_and_are_counted(device):
+    """A random op other than dropout, checkpointed (under the random-state operators) or not,
+    and a dropout of a non-contiguous tensor run eagerly, each counted in the report."""
+    _fresh()
+
+    def f(x):
+        noisy = torch.utils.checkpoint.checkpoint(lambda a: a * torch.rand_like(a), x,
+                                                  use_reentrant=False)
+        return noisy + F.dropout(x.t(), p=0.5).t() + torch.randn_like(x)
+
+    x = torch.randn(8, 6, device=device, requires_grad=True)
+    torch.manual_seed(3)
+    want = f(x)
+    before = len(graph_compiler.reports())
+    torch.manual_seed(3)
+    got = torch.compile(f)(x)
+    torch.testing.assert_close(got.detach().cpu(), want.detach().cpu())
+    forward = next(r for _, kind, r in _lowered_reports(before) if kind == "forward")
+    assert forward.draws == 0, str(forward)
+    assert forward.eager_ops == {"run_and_save_rng_state(aten.rand_like.default)": 1,
+                                 "aten.native_dropout.default": 1,
+                                 "aten.randn_like.default": 1}, str(forward)
+    assert forward.total == forward.lowered + 3, str(forward)
+    assert "random op" in forward.reasons["run_and_save_rng_state(aten.rand_like.default)"]
 
 
 def test_an_op_torch_mlir_cannot_lower_runs_eagerly(device):

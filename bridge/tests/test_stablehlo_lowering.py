@@ -195,7 +195,7 @@ def test_mutation_only_graph():
     assert torch.equal(arg, x * 2)
 
 
-def test_dropout_runs_eagerly():
+def test_dropout_masks_are_drawn_outside_the_programs():
     def f(x):
         return F.dropout(x.sin(), 0.5, True).cos() * 2
 
@@ -204,9 +204,9 @@ def test_dropout_runs_eagerly():
     for i, entry in enumerate(graphs):
         split, report = shlo.partition(entry["gm"], entry["example"], executor=shlo.run_with_jax)
         print(f"dropout graph {i}: {report}")
-        assert report.eager_ops == {"aten.native_dropout.default": 1}
-        assert report.eager == 1 and report.lowered == report.total - 1
-        assert "random" in report.reasons["aten.native_dropout.default"]
+        if i == 0:  # the forward draws the mask; the backward reads it
+            assert report.draws == 1 and "drawn outside" in str(report)
+        assert report.eager == 0 and report.lowered == report.total
         torch.manual_seed(1)
         outs = split(*_clone(entry["args"]))
         torch.manual_seed(1)

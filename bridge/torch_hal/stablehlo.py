@@ -48,15 +48,6 @@ __all__ = ["LoweredGraph", "LoweredSubmodule", "LoweringError", "PartitionReport
 _TORCH_MLIR_HINT = "pip install torch-mlir==20261001"
 _JAX_HINT = "pip install jax==0.10.2 jaxlib==0.10.2"
 
-# Ops that draw random numbers. They are found by the nondeterministic_seeded tag; the names
-# cover ops whose tags say otherwise.
-_RANDOM_OP_NAMES = frozenset({
-    "bernoulli", "cauchy", "exponential", "geometric", "log_normal", "multinomial",
-    "native_dropout", "normal", "poisson", "rand", "rand_like", "randint", "randint_like",
-    "randn", "randn_like", "randperm", "rrelu_with_noise", "uniform", "_fused_dropout",
-    "_standard_gamma", "_sample_dirichlet", "_fused_rrelu_with_noise",
-})
-
 # What torch_mlir.fx.stateless_fx_import(output_type="stablehlo") runs after the import (run
 # here with the diagnostics kept for the error message, and no reproducer file written).
 _PIPELINES = (
@@ -68,6 +59,11 @@ _PIPELINES = (
 # Shape ops torch-mlir 20261001 does not lower, imported as aten.view to their output shape
 # (squeeze.dims comes from the core-aten decompositions of logsumexp, cross_entropy, ...).
 _SHAPE_REWRITES = frozenset({torch.ops.aten.squeeze.dims})
+
+# aten.scalar_tensor names its device, which torch-mlir 20261001 imports as aten.to.device and
+# does not lower (decompositions of where, threshold_backward, ... make it): imported as
+# aten.full of an empty shape, the same value and dtype.
+_SCALAR_TENSOR = torch.ops.aten.scalar_tensor.default
 
 # Dialects the lowered module may contain (arith.constant is rewritten to stablehlo.constant).
 _ALLOWED_DIALECTS = ("builtin", "func", "stablehlo", "chlo")
@@ -232,11 +228,11 @@ def _spec(val, what):
 def _functional_graph(gm):
     """A copy of ``gm`` without input mutations, and what they were, ready for the importer.
 
-    Shape ops in ``_SHAPE_REWRITES`` become views. Each ``aten.copy_(placeholder, value)`` is
-    removed; ``value`` becomes an extra output (cast and broadcast to the placeholder's dtype
-    and shape where they differ), and readers of the placeholder (or of the copy's result) after
-    it read ``value``. Returns ``(graph module, graph outputs (nodes, or None), [(input index,
-    value node)])``.
+    Shape ops in ``_SHAPE_REWRITES`` become views, ``aten.scalar_tensor`` an ``aten.full``.
+    Each ``aten.copy_(placeholder, value)`` is removed; ``value`` becomes an extra output (cast
+    and broadcast to the placeholder's dtype and shape where they differ), and readers of the
+    placeholder (or of the copy's result) after it read ``value``. Returns ``(graph module,
+    graph outputs (nodes, or None), [(input index, value node)])``.
     """
     graph = torch.fx.Graph()
     env = {}
@@ -253,6 +249,9 @@ def _functional_graph(gm):
             # A shape op torch-mlir lacks: the same value as a view to its (static) shape.
             node.target = torch.ops.aten.view.default
             node.args, node.kwargs = (node.args[0], list(_val(node).shape)), {}
+        elif node.op == "call_function" and node.target is _SCALAR_TENSOR:
+            node.target = torch.ops.aten.full.default
+            node.args, node.kwargs = ([], node.args[0]), {"dtype": _val(node).dtype}
 
     writes = {}  # placeholder -> its new value (the last write wins)
     replaced = {}  # removed copy_ node -> its value

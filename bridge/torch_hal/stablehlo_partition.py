@@ -3,7 +3,8 @@
 :func:`partition` (re-exported by :mod:`torch_hal.stablehlo`) splits an AOTAutograd graph into
 the regions torch-mlir lowers (:class:`LoweredSubmodule` children, run as lowered programs) and
 the nodes it does not (run eagerly, as in the graph). Whether a node lowers is decided per op by
-lowering a graph of the node alone (:class:`_Lowerable`); random ops never lower. A graph
+lowering a graph of the node alone (:class:`_Lowerable`); random ops never lower, but dropout's
+masks are drawn outside the programs and passed in (``torch_hal.stablehlo_dropout``). A graph
 partitioned before, in this process or another, is split again from the lowering cache
 (``torch_hal._lowering_cache``): the verdict on every node and the regions.
 """
@@ -17,24 +18,33 @@ import torch
 import torch.fx
 
 from . import _lowering_cache
-from .stablehlo import (_RANDOM_OP_NAMES, _TORCH_MLIR_HINT, LoweringError, _ensure_metadata,
-                        _val, lower)
+from .stablehlo import _TORCH_MLIR_HINT, LoweringError, _ensure_metadata, _val, lower
+from .stablehlo_dropout import draw_dropout_masks_outside, is_random, rng_hop_name
 
 __all__ = ["LoweredSubmodule", "PartitionReport", "partition"]
-
-
-def _is_random(target):
-    if not isinstance(target, torch._ops.OpOverload):
-        return False
-    if torch.Tag.nondeterministic_seeded in target.tags:
-        return True
-    return target._schema.name.split("::")[-1] in _RANDOM_OP_NAMES
 
 
 def _op_name(target):
     if isinstance(target, torch._ops.OpOverload):
         return str(target)  # "aten.add.Tensor"
     return getattr(target, "__name__", str(target))
+
+
+def _node_name(node):
+    """The op a counted node runs: ``aten.add.Tensor``, or ``run_with_rng_state(aten.rand...)``
+    for a random-state higher-order operator and its op."""
+    hop = rng_hop_name(node.target)
+    if hop:
+        op = node.args[1 if hop == "run_with_rng_state" else 0]
+        return f"{hop}({_op_name(op)})"
+    return _op_name(node.target)
+
+
+def _counted_nodes(graph):
+    """The nodes the report counts: operator overloads and the random-state higher-order
+    operators (which run an op eagerly)."""
+    return [n for n in graph.nodes if n.op == "call_function"
+            and (isinstance(n.target, torch._ops.OpOverload) or rng_hop_name(n.target))]
 
 
 def _tensor_key(v):
@@ -88,9 +98,13 @@ class _Lowerable:
         if node.target is operator.getitem:
             src = node.args[0]
             return isinstance(src, torch.fx.Node) and self.is_node_supported(submodules, src)
+        if rng_hop_name(node.target):
+            self.reasons[_node_name(node)] = ("random op under a saved generator state: runs "
+                                              "eagerly with the device's generator")
+            return False
         if not isinstance(node.target, torch._ops.OpOverload):
             return False
-        if _is_random(node.target):
+        if is_random(node.target):
             self.reasons[_op_name(node.target)] = ("random op: runs eagerly with the device's "
                                                    "generator")
             return False
@@ -126,7 +140,8 @@ class _Lowerable:
 class PartitionReport:
     """What :func:`partition` lowered: counts of op nodes (aten and other operator overloads;
     getitem and placeholders are not counted), the eager ones by op name, and why they did not
-    lower."""
+    lower; ``draws``: the dropout masks drawn outside the programs (not op nodes of the graph:
+    passed in, as AWS's Neuron backend does)."""
 
     total: int
     lowered: int
@@ -134,6 +149,7 @@ class PartitionReport:
     eager_ops: dict
     submodules: list
     reasons: dict
+    draws: int = 0
 
     @property
     def lowered_fraction(self):
@@ -141,9 +157,11 @@ class PartitionReport:
 
     def __str__(self):
         ops = ", ".join(f"{k} x{v}" for k, v in sorted(self.eager_ops.items())) or "none"
+        drawn = (f"; {self.draws} dropout mask(s) drawn outside the programs" if self.draws
+                 else "")
         return (f"{self.lowered}/{self.total} op nodes lowered "
                 f"({100.0 * self.lowered_fraction:.1f}%) in {len(self.submodules)} submodule(s); "
-                f"{self.eager} eager: {ops}")
+                f"{self.eager} eager: {ops}{drawn}")
 
 
 class LoweredSubmodule(torch.nn.Module):
@@ -167,6 +185,7 @@ class LoweredSubmodule(torch.nn.Module):
         self.executor = executor
         out = graph_module.graph.output_node().args[0]
         self._single = not isinstance(out, (tuple, list))
+        self._strided = _strided_outputs([out] if self._single else list(out))
 
     @property
     def executor(self):
@@ -185,7 +204,28 @@ class LoweredSubmodule(torch.nn.Module):
         if self.chunks is not None:
             return self.chunks(*args)
         outs = self.executor(self.lowered, list(args))
+        if self._strided:  # a program's results are contiguous; eager's need not be
+            outs = list(outs)
+            for i, stride in self._strided:
+                o = outs[i]
+                outs[i] = torch.empty_strided(o.shape, stride, dtype=o.dtype,
+                                              device=o.device).copy_(o)
         return outs[0] if self._single else tuple(outs)
+
+
+def _strided_outputs(outputs):
+    """``[(i, stride)]`` for the outputs whose traced value is dense but not contiguous (a
+    transpose, a permutation): those get the traced strides, which eager ops after the region
+    may depend on (a random op draws in memory order)."""
+    from torch._prims_common import is_non_overlapping_and_dense_or_false as dense
+
+    found = []
+    for i, node in enumerate(outputs):
+        val = _val(node)
+        if (isinstance(val, torch.Tensor) and not val.is_contiguous()
+                and dense(val)):
+            found.append((i, tuple(val.stride())))
+    return found
 
 
 def _split_in_pieces(gm, max_tensors):
@@ -247,6 +287,9 @@ def partition(gm, example_inputs=None, *, executor=None, prefix="lowered_", max_
     if importlib.util.find_spec("torch_mlir") is None:
         raise LoweringError(f"torch-mlir is not installed ({_TORCH_MLIR_HINT})")
     _ensure_metadata(gm, example_inputs)
+    gm, draws = draw_dropout_masks_outside(gm)
+    if draws:
+        _ensure_metadata(gm, example_inputs)  # the new nodes' values
     support = _Lowerable()
     # An earlier partition of this graph (this process or another): its verdicts by node, and
     # the partitions they made, which the partitioner then need not propose again.
@@ -266,7 +309,7 @@ def partition(gm, example_inputs=None, *, executor=None, prefix="lowered_", max_
             decided[node.name] = ok
             return ok
 
-    total_nodes = len(_op_nodes(gm.graph))
+    total_nodes = len(_counted_nodes(gm.graph))
     for _attempt in range(total_nodes + 1):  # one pass is the rule; each retry keeps nodes out
         decided.clear()
         graph = torch.fx.Graph()
@@ -315,17 +358,18 @@ def partition(gm, example_inputs=None, *, executor=None, prefix="lowered_", max_
                                               "partitions": proposed})
 
     lowered_nodes, eager = 0, collections.Counter()
+    counted = set(_counted_nodes(split.graph))
     for node in split.graph.nodes:
         if node.op == "call_module" and isinstance(getattr(split, node.target),
                                                    LoweredSubmodule):
             lowered_nodes += len(_op_nodes(getattr(split, node.target).graph_module.graph))
-        elif node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
-            eager[_op_name(node.target)] += 1
+        elif node in counted:
+            eager[_node_name(node)] += 1
     submodules = [n.target for n in split.graph.nodes
                   if n.op == "call_module" and isinstance(getattr(split, n.target),
                                                           LoweredSubmodule)]
     reasons = {k: v for k, v in support.reasons.items() if k in eager}
     return split, PartitionReport(total=total_nodes, lowered=lowered_nodes,
                                   eager=sum(eager.values()), eager_ops=dict(eager),
-                                  submodules=submodules, reasons=reasons)
+                                  submodules=submodules, reasons=reasons, draws=draws)
 
