@@ -151,7 +151,7 @@ def test_compiled_kernels_match_cpu_compiled_bits(device):
 # torch 2.13.0's Inductor picks some lowerings by device type ("cpu" or not): the variance
 # algorithm (patch 0017), realization, cat and division by constants (0021). With both patches a
 # device with C++ kernels compiles a training step into the CPU's kernels, bit for bit.
-LOWERED_AS_CPU = hasattr(torch._inductor.ir, "generates_cpp")  # patch 0021 (0017 before it)
+LOWERED_AS_CPU = hasattr(torch._inductor.ir, "generates_cpp_kernels")  # patch 0021 (0017 before it)
 
 
 def compiled_training_steps(dev):
@@ -320,20 +320,26 @@ if not GENERATES:
          test_an_unknown_launch_mode_is_refused)
 
     def test_no_code_generator(device_type, device, monkeypatch):
-        """A graph on a device without a code generator: with the patch series (0018) it runs
-        eagerly after one warning; torch 2.13.0 without it stops with KeyError, and
-        backend="aot_eager" is the way to compile there. A device that takes StableHLO is one
-        with TORCH_HAL_COMPILE_STABLEHLO=0."""
+        """A graph on a device without a code generator: with the patch series (0018) an error
+        names the device and the ways out, and run_eagerly_without_codegen runs it eagerly
+        after one warning; torch without it stops with KeyError. backend="aot_eager" compiles
+        everywhere. A device that takes StableHLO is one with TORCH_HAL_COMPILE_STABLEHLO=0."""
         import torch._inductor.compile_fx as compile_fx
+        from torch._inductor import config
 
         monkeypatch.setenv("TORCH_HAL_COMPILE_STABLEHLO", "0")
 
         x = torch.randn(4, 4, device=device)
         expected = x.cpu() * 2 + 1
-        if hasattr(compile_fx, "_devices_without_codegen"):  # patch 0018
-            with pytest.warns(UserWarning, match=f"no code generator for device type "
-                                                 f"'{device_type}'"):
-                out = torch.compile(lambda a: a * 2 + 1)(x)
+        if hasattr(compile_fx, "_run_captured_graph"):  # patch 0018
+            with pytest.raises(Exception, match=f"no code generator for device type "
+                                                f"'{device_type}'"):
+                torch.compile(lambda a: a * 2 + 1)(x)
+            torch._dynamo.reset()
+            with config.patch(run_eagerly_without_codegen=True):
+                with pytest.warns(UserWarning, match=f"no code generator for device type "
+                                                     f"'{device_type}'"):
+                    out = torch.compile(lambda a: a * 2 + 1)(x)
             torch.testing.assert_close(out.cpu(), expected)
         else:
             with pytest.raises(Exception, match=f"KeyError: '{device_type}'"):

@@ -497,7 +497,7 @@ def _configure_inductor(device_type):
 
     * utils.get_current_backend() answers config.cuda_backend ("triton") for any device other
       than cpu, mps, xpu and tpu, and the C++ kernels then miss the dtypes the "cpp" backend
-      tracks (patch 0015 asks the device's Scheduling). Without the patch, the device's
+      tracks (patch 0015 asks the kernel_language the Scheduling declares). Without it, the
       Scheduling (see :func:`_answer_cpp_while_generating`) sets config.cuda_backend to "cpp"
       while it generates the device's kernels and restores it after, so a CUDA build's GPU
       graphs keep Triton.
@@ -508,7 +508,7 @@ def _configure_inductor(device_type):
     """
     from torch._inductor import config, scheduler
 
-    if not hasattr(scheduler.Scheduler, "_generates_cpp"):  # patch 0016
+    if not hasattr(scheduler, "_generates_cpp_kernels"):  # patch 0016
         config.loop_ordering_after_fusion = False
         config.loop_reindexing_after_fusion = False
         config.loop_index_inversion_in_fusion = False
@@ -526,7 +526,7 @@ def _answer_cpp_while_generating(scheduling_cls):
 
     from torch._inductor import config, utils
 
-    if hasattr(utils, "_registered_backend"):  # patch 0015
+    if hasattr(utils, "_registered_kernel_language"):  # patch 0015
         return scheduling_cls
 
     def answering_cpp(method):
