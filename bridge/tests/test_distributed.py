@@ -15,6 +15,7 @@ import os
 import socket
 import subprocess
 import sys
+import textwrap
 
 import pytest
 import torch
@@ -343,6 +344,50 @@ def test_device_of_local_rank_trainium(tmp_path):
         reported = (tmp_path / f"rank{rank}.txt").read_text().splitlines()
         for name in ("local_rank_device", "other_rank_device_refused"):
             assert f"OK {name}" in reported, (rank, name, proc.stdout, proc.stderr)
+
+
+SPAWN_PARENT = textwrap.dedent("""
+    import multiprocessing, sys
+    import torch
+
+    def child(queue):
+        try:
+            queue.put(("ok", (torch.ones(3, device="neuron:0") * 2).cpu().tolist()))
+        except Exception as exc:  # the child's error, for the parent to print
+            queue.put(("error", str(exc)))
+
+    if __name__ == "__main__":
+        if sys.argv[1] == "used":
+            torch.ones(1, device="neuron:0").cpu()
+        ctx = multiprocessing.get_context("spawn")
+        queue = ctx.Queue()
+        p = ctx.Process(target=child, args=(queue,))
+        p.start()
+        p.join(120)
+        assert not p.is_alive(), "the child hung"
+        print(queue.get(timeout=10))
+""")
+
+
+@pytest.mark.own_backend_trainium
+@pytest.mark.parametrize("parent", ["unused", "used"])
+def test_spawned_child_takes_the_cores_the_parent_did_not_use(tmp_path, parent):
+    # `import torch` takes no NeuronCore: a spawned child of a parent that used no device runs on
+    # neuron:0; a parent that used the device holds the cores, and the child's first use fails
+    # at once naming nrt_init and why (never a hang, never torch's generic device error).
+    need_emulator()
+    script = tmp_path / "spawn_parent.py"
+    script.write_text(SPAWN_PARENT)
+    env = child_env("trainium", tmp_path, {"NEURON_EMU_INSTANCE_ID": f"spawn-{parent}"})
+    out = subprocess.run([sys.executable, str(script), parent], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    if parent == "unused":
+        assert "('ok', [2.0, 2.0, 2.0])" in out.stdout, out.stdout + out.stderr
+    else:
+        assert "('error'," in out.stdout, out.stdout + out.stderr
+        assert "nrt_init" in out.stdout and "owned exclusively by one process" in out.stdout, \
+            out.stdout
 
 
 @pytest.mark.own_backend_trainium

@@ -225,7 +225,8 @@ hal_status_t cts_backend_reopen(cts_ctx_t *ctx);
 
 /* Opens a second, independent instance of the backend from a private copy of its library.
  * Returns HAL_OK; HAL_ERROR_UNSUPPORTED with ctx->skip_reason set when that is impossible (no
- * library path, or the loader returned the already-open instance, which it then closed). */
+ * library path, the loader returned the already-open instance, or the instance's device 0 refuses
+ * an allocation, as one process's second runtime does; the instance is then closed). */
 hal_status_t cts_open_second_instance(cts_ctx_t *ctx, hal_backend_t *out);
 
 /* A private temporary directory (mode 0700) and its removal (files in it, then itself). */

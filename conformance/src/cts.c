@@ -669,6 +669,11 @@ hal_status_t cts_open_second_instance(cts_ctx_t *ctx, hal_backend_t *out)
         cts_skip(ctx, "cannot copy %s", ctx->backend_lib_path);
         return HAL_ERROR_UNSUPPORTED;
     }
+    /* The open instance uses its device first, so that a backend that takes its devices at first
+     * use (HAL_BACKEND_FLAG_EXCLUSIVE_DEVICES) has them before the copy is tried. */
+    void *first = NULL;
+    if (hal_mem_alloc(ctx->device, HAL_MEM_KIND_DEVICE, 64, 0, &first) == HAL_OK)
+        hal_mem_free(first);
     hal_backend_t b = NULL;
     hal_status_t st = hal_backend_open(path, &b);
     char msg[512];
@@ -685,6 +690,21 @@ hal_status_t cts_open_second_instance(cts_ctx_t *ctx, hal_backend_t *out)
         cts_skip(ctx, "the loader returned the open instance for a copy of the library");
         return HAL_ERROR_UNSUPPORTED;
     }
+    /* A backend whose devices belong to one process (HAL_BACKEND_FLAG_EXCLUSIVE_DEVICES) may
+     * open a second instance and refuse it the devices at first use: try one allocation. */
+    hal_device_t d = NULL;
+    void *probe = NULL;
+    st = hal_device_get(b, 0, &d);
+    if (st == HAL_OK)
+        st = hal_mem_alloc(d, HAL_MEM_KIND_DEVICE, 64, 0, &probe);
+    if (st != HAL_OK) {
+        snprintf(msg, sizeof(msg), "%s", hal_last_error_message());
+        hal_backend_close(b);
+        cts_skip(ctx, "a second instance from a private copy cannot use its devices: %s (%s)",
+                 hal_status_string(st), msg);
+        return HAL_ERROR_UNSUPPORTED;
+    }
+    hal_mem_free(probe);
     *out = b;
     return HAL_OK;
 }

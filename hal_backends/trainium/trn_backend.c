@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Trainium backend: entry point, ops table, and the runtime's lifetime (nrt_init at backend
- * init, nrt_close at fini). The runtime is process-wide state: one initialised backend
- * instance per process owns it. */
+/* Trainium backend: entry point, ops table, and the runtime's lifetime (nrt_init when the
+ * process first needs the runtime, nrt_close at fini). The runtime is process-wide state: one
+ * initialised backend instance per process owns it. */
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -151,6 +151,59 @@ static void log_path_line(trn_backend_t *b)
         fprintf(stderr, "%s\n", b->path_line);
 }
 
+/* nrt_init, as trn_runtime_require calls it (runtime_lock held). */
+static hal_status_t runtime_start(trn_backend_t *backend)
+{
+    trn_nrt_t *nrt = &backend->nrt;
+    char msg[TRN_MSG_MAX + 128];
+    NRT_STATUS rc = nrt->init(NRT_FRAMEWORK_TYPE_PYTORCH, "", "");
+    if (rc != NRT_SUCCESS) {
+        hal_status_t st =
+            trn_status_format(nrt, rc, TRN_OP_OTHER, msg, sizeof(msg),
+                              "nrt_init(NRT_FRAMEWORK_TYPE_PYTORCH) of %s", nrt->path);
+        if (rc == NRT_FAILURE)
+            trn_set_error(backend,
+                          "%s (NeuronCores are owned exclusively by one process: another process, "
+                          "such as the parent of this one, may hold them; "
+                          "NEURON_RT_VISIBLE_CORES or NEURON_RT_NUM_CORES choose which cores this "
+                          "process takes)",
+                          msg);
+        else
+            trn_set_error(backend, "%s", msg);
+        return st;
+    }
+    /* The cores the runtime took are the ones counted at open (the same variables). */
+    uint32_t count = 0;
+    rc = nrt->get_visible_vnc_count(&count);
+    if (rc != NRT_SUCCESS || count != backend->device_count) {
+        if (rc != NRT_SUCCESS)
+            trn_status_format(nrt, rc, TRN_OP_OTHER, msg, sizeof(msg),
+                              "nrt_get_visible_vnc_count after nrt_init");
+        else
+            snprintf(msg, sizeof(msg),
+                     "nrt_init took %u NeuronCores where %u were counted when the backend "
+                     "opened (NEURON_RT_VISIBLE_CORES or NEURON_RT_NUM_CORES changed between)",
+                     count, backend->device_count);
+        trn_set_error(backend, "%s", msg);
+        nrt->close();
+        return HAL_ERROR_BACKEND_SPECIFIC;
+    }
+    atomic_store_explicit(&backend->runtime_up, true, memory_order_release);
+    return HAL_OK;
+}
+
+hal_status_t trn_runtime_require(trn_backend_t *backend)
+{
+    if (trn_runtime_up(backend))
+        return HAL_OK;
+    pthread_mutex_lock(&backend->runtime_lock);
+    hal_status_t st = trn_runtime_up(backend) ? HAL_OK : runtime_start(backend);
+    pthread_mutex_unlock(&backend->runtime_lock);
+    return st;
+}
+
+/* Opens the backend without starting the runtime: the counts the runtime documents as callable
+ * before nrt_init say how many cores this process will take and where they sit. */
 static hal_status_t trn_init(const hal_host_services_t *host, void **out)
 {
     trn_backend_t *backend = calloc(1, sizeof(*backend));
@@ -164,34 +217,24 @@ static hal_status_t trn_init(const hal_host_services_t *host, void **out)
     hal_status_t st = trn_nrt_load(&backend->nrt, msg, sizeof(msg));
     if (st != HAL_OK) {
         trn_set_error(backend, "%s", msg);
-        goto out_free;
+        free(backend);
+        return st;
     }
     trn_nrt_t *nrt = &backend->nrt;
 
     claim_local_rank_core();
-    NRT_STATUS rc = nrt->init(NRT_FRAMEWORK_TYPE_PYTORCH, "", "");
+    uint32_t count = 0;
+    NRT_STATUS rc = nrt->get_visible_vnc_count(&count);
     if (rc != NRT_SUCCESS) {
         st = trn_status_format(nrt, rc, TRN_OP_OTHER, msg, sizeof(msg),
-                               "nrt_init(NRT_FRAMEWORK_TYPE_PYTORCH) of %s", nrt->path);
-        if (rc == NRT_FAILURE)
-            trn_set_error(backend,
-                          "%s (NeuronCores are owned exclusively by one process: another process, "
-                          "or another instance of this backend, may hold them; "
-                          "NEURON_RT_VISIBLE_CORES or NEURON_RT_NUM_CORES choose which cores this "
-                          "process takes)",
-                          msg);
-        else
-            trn_set_error(backend, "%s", msg);
-        goto out_unload;
-    }
-
-    uint32_t count = 0;
-    rc = nrt->get_visible_vnc_count(&count);
-    if (rc != NRT_SUCCESS) {
-        st =
-            trn_status_format(nrt, rc, TRN_OP_OTHER, msg, sizeof(msg), "nrt_get_visible_vnc_count");
-        trn_set_error(backend, "%s", msg);
-        goto out_close;
+                               "nrt_get_visible_vnc_count of %s", nrt->path);
+        trn_set_error(backend,
+                      "%s (NEURON_RT_VISIBLE_CORES or NEURON_RT_NUM_CORES choose the cores this "
+                      "process takes: a range or a count the instance has)",
+                      msg);
+        trn_nrt_unload(&backend->nrt);
+        free(backend);
+        return st;
     }
     backend->device_count = count;
 
@@ -204,19 +247,13 @@ static hal_status_t trn_init(const hal_host_services_t *host, void **out)
     if (nrt->get_total_vnc_count != NULL && nrt->get_total_vnc_count(&total) == NRT_SUCCESS)
         backend->total_vnc = total;
     find_node_position(backend);
+    pthread_mutex_init(&backend->runtime_lock, NULL);
+    atomic_init(&backend->runtime_up, false);
     trn_cc_setup(backend);
     trn_compiler_find(&backend->compiler);
     log_path_line(backend);
     *out = backend;
     return HAL_OK;
-
-out_close:
-    nrt->close();
-out_unload:
-    trn_nrt_unload(&backend->nrt);
-out_free:
-    free(backend);
-    return st;
 }
 
 /* Called after the core closed every device (so every stream worker has been joined and every
@@ -224,11 +261,14 @@ out_free:
 static void trn_fini(void *backend_)
 {
     trn_backend_t *backend = backend_;
-    if (backend->nrt.have_cc)
-        trn_cc_reap(backend, true);
-    backend->nrt.close();
+    if (trn_runtime_up(backend)) {
+        if (backend->nrt.have_cc)
+            trn_cc_reap(backend, true);
+        backend->nrt.close();
+    }
     /* Requests the runtime had when they were given up: nrt_close ended them. */
     trn_cc_reap(backend, false);
+    pthread_mutex_destroy(&backend->runtime_lock);
     pthread_mutex_destroy(&backend->cc_lock);
     trn_compiler_fini(&backend->compiler);
     trn_nrt_unload(&backend->nrt);
@@ -265,7 +305,7 @@ static hal_status_t trn_event_get_native_handle(void *event, uintptr_t *native)
 static const hal_backend_ops_t trn_ops = {
     .struct_size = sizeof(hal_backend_ops_t),
     .api_version = HAL_API_VERSION,
-    /* nrt_init takes the process's NeuronCores exclusively. */
+    /* nrt_init (at the process's first use of a device) takes its NeuronCores exclusively. */
     .flags = HAL_BACKEND_FLAG_EXCLUSIVE_DEVICES,
     .name = TRN_BACKEND_NAME,
     .device_type_name = TRN_DEVICE_TYPE,

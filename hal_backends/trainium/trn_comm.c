@@ -456,6 +456,9 @@ hal_status_t trn_comm_init(void *device_, const hal_backend_comm_args_t *args, v
     trn_device_t *d = device_;
     trn_backend_t *b = d->backend;
     *out = NULL;
+    hal_status_t started = trn_runtime_require(b); /* a communicator uses the core */
+    if (started != HAL_OK)
+        return started;
     /* One native communicator per core at a time: the runtime runs a core's collectives one
      * after another, in the order they were scheduled, so two communicators whose ranks issue
      * them in different orders would wait for each other. Others use the host. */

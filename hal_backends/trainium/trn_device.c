@@ -166,9 +166,11 @@ hal_status_t trn_device_open(void *backend_, uint32_t index, void **out)
     device->backend = backend;
     device->index = index;
 
+    /* Before the runtime started (the usual case: devices open with the backend) the memory is
+     * the instance's share; the runtime is not asked before nrt_init. */
     nrt_vnc_memory_stats_t stats = { 0, 0 };
     size_t got = 0;
-    NRT_STATUS rc = backend->nrt.get_vnc_memory_stats != NULL
+    NRT_STATUS rc = backend->nrt.get_vnc_memory_stats != NULL && trn_runtime_up(backend)
                         ? backend->nrt.get_vnc_memory_stats(index, &stats, sizeof(stats), &got)
                         : NRT_FAILURE;
     if (rc == NRT_SUCCESS &&
@@ -274,6 +276,10 @@ hal_status_t trn_device_get_free_memory(void *device_, uint64_t *free_bytes)
         trn_set_error(backend, "the runtime has no nrt_get_vnc_memory_stats: free device memory "
                                "is not known");
         return HAL_ERROR_UNSUPPORTED;
+    }
+    if (!trn_runtime_up(backend)) { /* nothing allocated yet; asking does not take the core */
+        *free_bytes = device->total_memory;
+        return HAL_OK;
     }
     nrt_vnc_memory_stats_t stats = { 0, 0 };
     size_t got = 0;

@@ -245,6 +245,11 @@ typedef struct trn_backend {
      * NEURON_RT_LOG_LEVEL asks for INFO. */
     char path_line[2 * TRN_MSG_MAX];
     trn_compiler_t compiler; /* StableHLO programs on hardware (trn_compile.c) */
+    /* The runtime is started (nrt_init, which takes the process's NeuronCores) by the first
+     * call that needs it, not at backend open: a process that imports a framework but uses no
+     * device (a launcher, a spawned worker) claims no core (trn_runtime_require). */
+    pthread_mutex_t runtime_lock;
+    atomic_bool runtime_up;
 } trn_backend_t;
 
 /* A core's place in the runtime's global communicator (token 0: none). */
@@ -263,6 +268,19 @@ typedef struct trn_device {
 } trn_device_t;
 
 _Static_assert(offsetof(trn_device_t, hq) == 0, "the engine's device comes first");
+
+/* Starts the runtime if it is not running yet: nrt_init takes the NeuronCores this process was
+ * given (NEURON_RT_VISIBLE_CORES / NEURON_RT_NUM_CORES, all of them without either). Called by
+ * every slot that needs the runtime (device memory, programs, communicators); a failure (the
+ * cores held by another process, for one) is that call's error, and the next call tries again.
+ * Returns HAL_OK or the runtime's status, with the message set. Thread safety: safe. */
+hal_status_t trn_runtime_require(trn_backend_t *backend);
+
+/* Whether the runtime is running (trn_runtime_require succeeded). Thread safety: safe. */
+static inline bool trn_runtime_up(const trn_backend_t *backend)
+{
+    return atomic_load_explicit(&((trn_backend_t *)backend)->runtime_up, memory_order_acquire);
+}
 
 /* Records a failure detail for the calling thread through the host services. */
 #define trn_set_error(backend, ...) hq_set_error((backend)->host, __VA_ARGS__)

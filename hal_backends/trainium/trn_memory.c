@@ -103,6 +103,8 @@ static hal_status_t alloc_device(trn_device_t *device, size_t size, size_t align
     trn_backend_t *b = device->backend;
     trn_nrt_t *nrt = &b->nrt;
     hal_status_t st = trn_device_check_lost(device);
+    if (st == HAL_OK)
+        st = trn_runtime_require(b); /* the process's first device memory takes its cores */
     if (st != HAL_OK)
         return st;
     size_t align = alignment > TRN_MIN_ALIGNMENT ? alignment : TRN_MIN_ALIGNMENT;

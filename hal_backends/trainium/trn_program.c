@@ -185,6 +185,8 @@ hal_status_t trn_program_create(void *device_, hal_program_format_t format, cons
     trn_device_t *device = device_;
     trn_backend_t *b = device->backend;
     hal_status_t lost = trn_device_check_lost(device);
+    if (lost == HAL_OK)
+        lost = trn_runtime_require(b);
     if (lost != HAL_OK)
         return lost;
     const void *module = image;

@@ -93,9 +93,11 @@ typedef enum hal_mem_kind {
 
 /* ---- Backend flags (hal_backend_info_t.flags, hal_backend_ops_t.flags) ----------------------
  * What a backend says of itself before it is initialised (hal_backend_probe). */
-/* Each device belongs to one process at a time: opening the backend claims the devices the
- * process is given (as the Neuron runtime takes its NeuronCores when it starts), so a process
- * that will not use them (a launcher of worker processes) must not open the backend. */
+/* Each device belongs to one process at a time (as the Neuron runtime takes its NeuronCores
+ * when it starts). The trainium backend claims them at the process's first use of a device
+ * (device memory, a program, a communicator), not at open; a backend that claims at open makes
+ * a process that will not use them (a launcher of worker processes) unable to leave them to
+ * others, which is why frameworks read this flag with hal_backend_probe before opening. */
 #define HAL_BACKEND_FLAG_EXCLUSIVE_DEVICES (1u << 0)
 
 #define HAL_DEVICE_NAME_MAX   256

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "hal_backends/trainium/tests/trn_test_util.h"
@@ -138,7 +139,17 @@ CTEST(TrnBackend, Properties)
         hal_device_properties_t p = HAL_DEVICE_PROPERTIES_INIT;
         EXPECT_OK(hal_device_get_properties(tt_device(b, 0), &p));
         CTEST_EXPECT(strcmp(p.name, "NeuronCore-v2 (inf2.24xlarge) 0") == 0);
-        CTEST_EXPECT(p.total_memory == (UINT64_C(64) << 20));
+        /* Devices open before the runtime starts: their memory is the instance's share (6 chips
+         * of 32 GiB, 12 cores); what is free is the runtime's once the process uses the core. */
+        CTEST_EXPECT(p.total_memory == (UINT64_C(16) << 30));
+        hal_mem_stats_t stats = HAL_MEM_STATS_INIT;
+        EXPECT_OK(hal_device_get_mem_stats(tt_device(b, 0), &stats));
+        CTEST_EXPECT(stats.device_bytes_free == p.total_memory); /* nothing used, no runtime */
+        void *d = NULL;
+        EXPECT_OK(hal_mem_alloc(tt_device(b, 0), HAL_MEM_KIND_DEVICE, 1u << 20, 0, &d));
+        EXPECT_OK(hal_device_get_mem_stats(tt_device(b, 0), &stats));
+        CTEST_EXPECT(stats.device_bytes_free == (UINT64_C(63) << 20));
+        EXPECT_OK(hal_mem_free(d));
         EXPECT_OK(hal_backend_close(b));
     }
     return CTEST_PASS;
@@ -349,7 +360,8 @@ CTEST(TrnBackend, PathLineAtInfoLevel)
     return CTEST_PASS;
 }
 
-/* nrt_init failures are reported with the call, the code and its name. */
+/* Core choices the instance cannot give fail the open, naming the count call; the runtime
+ * itself starts at the first call that needs it, whose error names nrt_init. */
 CTEST(TrnBackend, InitFailureNamesTheCall)
 {
     TT_REQUIRE_EMULATOR();
@@ -358,18 +370,90 @@ CTEST(TrnBackend, InitFailureNamesTheCall)
     tt_env_reset();
     tt_setenv("NEURON_RT_VISIBLE_CORES", "40-41");
     EXPECT_STATUS(hal_backend_open("trainium", &b), HAL_ERROR_BACKEND_SPECIFIC);
-    EXPECT_MESSAGE("nrt_init(NRT_FRAMEWORK_TYPE_PYTORCH)");
+    EXPECT_MESSAGE("nrt_get_visible_vnc_count");
     EXPECT_MESSAGE("returned NRT_FAILURE (1)");
     EXPECT_MESSAGE("NEURON_RT_VISIBLE_CORES");
     /* A malformed core list: NRT_INVALID. */
     tt_setenv("NEURON_RT_VISIBLE_CORES", "1,3");
     EXPECT_STATUS(hal_backend_open("trainium", &b), HAL_ERROR_INVALID_ARGUMENT);
     EXPECT_MESSAGE("returned NRT_INVALID (2)");
-    /* A malformed fault plan is the runtime's NRT_INVALID too. */
+    /* A malformed fault plan is nrt_init's NRT_INVALID: the open succeeds, the first device
+     * memory fails, and so does the next try. */
     tt_env_reset();
     tt_setenv("NEURON_EMU_FAULTS", "bogus");
-    EXPECT_STATUS(hal_backend_open("trainium", &b), HAL_ERROR_INVALID_ARGUMENT);
-    EXPECT_MESSAGE("NRT_INVALID (2)");
+    if (EXPECT_OK(hal_backend_open("trainium", &b))) {
+        void *d = NULL;
+        for (int attempt = 0; attempt < 2; attempt++) {
+            EXPECT_STATUS(hal_mem_alloc(tt_device(b, 0), HAL_MEM_KIND_DEVICE, 4096, 0, &d),
+                          HAL_ERROR_INVALID_ARGUMENT);
+            EXPECT_MESSAGE("nrt_init(NRT_FRAMEWORK_TYPE_PYTORCH)");
+            EXPECT_MESSAGE("NRT_INVALID (2)");
+            CTEST_EXPECT(d == NULL);
+        }
+        EXPECT_OK(hal_backend_close(b));
+    }
+    tt_env_reset();
+    return CTEST_PASS;
+}
+
+/* Opening the backend takes no NeuronCore; the first device memory does (nrt_init). While
+ * another process holds the cores, that call fails naming nrt_init and why, and a later call
+ * succeeds once they are free: a process that imports a framework and spawns workers can leave
+ * the cores to them. */
+CTEST(TrnBackend, CoresAreTakenAtFirstUse)
+{
+    TT_REQUIRE_EMULATOR();
+    tt_env_reset();
+    tt_setenv("NEURON_RT_VISIBLE_CORES", "6");
+    int to_child[2], to_parent[2];
+    if (pipe(to_child) != 0 || pipe(to_parent) != 0)
+        return CTEST_FAIL;
+    hal_backend_t b = NULL;
+    /* Opened before the child exists, and the child can still take the core. */
+    if (!EXPECT_OK(tt_open(&b)))
+        return CTEST_FAIL;
+    pid_t child = fork();
+    if (child == 0) {
+        /* The child (the parent's handles do not work here): opens the backend anew, takes
+         * core 6, says so, and holds it until told. */
+        hal_backend_t cb = NULL;
+        void *d = NULL;
+        char c = 'x';
+        int ok = hal_backend_open("trainium", &cb) == HAL_OK &&
+                 hal_mem_alloc(tt_device(cb, 0), HAL_MEM_KIND_DEVICE, 4096, 0, &d) == HAL_OK;
+        if (ok)
+            c = 'y';
+        if (write(to_parent[1], &c, 1) != 1 || read(to_child[0], &c, 1) != 1)
+            ok = 0;
+        if (cb != NULL)
+            hal_backend_close(cb);
+        _exit(ok ? 0 : 1);
+    }
+    char c = 0;
+    CTEST_EXPECT(child > 0 && read(to_parent[0], &c, 1) == 1 && c == 'y');
+    void *d = NULL;
+    EXPECT_STATUS(hal_mem_alloc(tt_device(b, 0), HAL_MEM_KIND_DEVICE, 4096, 0, &d),
+                  HAL_ERROR_BACKEND_SPECIFIC);
+    EXPECT_MESSAGE("nrt_init(NRT_FRAMEWORK_TYPE_PYTORCH)");
+    EXPECT_MESSAGE("owned exclusively by one process");
+    /* Free memory is asked without taking the core. */
+    hal_mem_stats_t stats = HAL_MEM_STATS_INIT;
+    EXPECT_OK(hal_device_get_mem_stats(tt_device(b, 0), &stats));
+    CTEST_EXPECT(stats.device_bytes_free == stats.device_bytes_limit);
+    c = 'q';
+    CTEST_EXPECT(write(to_child[1], &c, 1) == 1);
+    int status = -1;
+    CTEST_EXPECT(waitpid(child, &status, 0) == child && WIFEXITED(status) &&
+                 WEXITSTATUS(status) == 0);
+    EXPECT_OK(hal_mem_alloc(tt_device(b, 0), HAL_MEM_KIND_DEVICE, 4096, 0, &d));
+    if (d != NULL)
+        EXPECT_OK(hal_mem_free(d));
+    EXPECT_OK(hal_backend_close(b));
+    for (int i = 0; i < 2; i++) {
+        close(to_child[i]);
+        close(to_parent[i]);
+    }
+    tt_env_reset();
     return CTEST_PASS;
 }
 

@@ -197,6 +197,7 @@ CTEST(TrnUnit, LaunchHostFn)
     backend.host = &ctest_host_services;
     backend.nrt.get_vnc_memory_stats = fake_stats;
     backend.device_count = 1;
+    atomic_init(&backend.runtime_up, true); /* a started runtime reports the core's memory */
     void *dev_ = NULL, *stream_ = NULL;
     CTEST_CHECK(trn_device_open(&backend, 0, &dev_) == HAL_OK);
     trn_device_t *dev = dev_;
