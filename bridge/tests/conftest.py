@@ -60,9 +60,6 @@ def _load_failure():
 def pytest_configure(config):
     config.addinivalue_line("markers", "opinfo: PyTorch OpInfo database checks")
     config.addinivalue_line(
-        "markers", "openreg(file, *cases): the cases of PyTorch's out-of-tree backend suite "
-        "(OpenReg) a test stands for (test_openreg_generic.py)")
-    config.addinivalue_line(
         "markers", "own_backend: the test starts processes on a backend it chooses itself, "
         "or uses no device at all, whatever TORCH_HAL_BACKEND this run has; it is the "
         "same test in every run, so "
@@ -121,64 +118,10 @@ def host_addressable(devmod):
 # Filled by test_opinfo.py; printed at the end of the run.
 OPINFO_SUMMARY = {}
 
-# The outcome of every OpenReg suite case a test stands for: {(file, case): set of outcomes},
-# and the module that declares the suite (its SUITE and LEFT_OUT tables).
-OPENREG_OUTCOMES = {}
-OPENREG_MODULE = []
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    outcome = yield
-    report = outcome.get_result()
-    markers = list(item.iter_markers("openreg"))
-    if not markers or (report.when != "call" and not (report.failed or report.skipped)):
-        return
-    if hasattr(report, "wasxfail"):
-        result = "xfailed" if report.skipped else "failed"  # a strict xfail that passed fails
-    else:
-        result = "passed" if report.passed else ("skipped" if report.skipped else "failed")
-    if not OPENREG_MODULE:
-        OPENREG_MODULE.append(item.module)
-    for marker in markers:
-        file, *cases = marker.args
-        for case in cases:
-            OPENREG_OUTCOMES.setdefault((file, case), set()).add(result)
-
-
-def _openreg_summary(terminalreporter):
-    """The suite's line: a case passes when every test that stands for it passed."""
-    module = OPENREG_MODULE[0]
-    counts = {"passed": 0, "xfailed": 0, "failed": 0, "skipped": 0}
-    failed = []
-    for key, outcomes in sorted(OPENREG_OUTCOMES.items()):
-        for result in ("failed", "skipped", "xfailed", "passed"):
-            if result in outcomes:
-                counts[result] += 1
-                if result == "failed":
-                    failed.append(f"{key[0]}::{key[1]}")
-                break
-    in_suite = sum(len(cases) for cases in module.SUITE.values())
-    left_out = sum(len(cases) for cases in module.LEFT_OUT.values())
-    covered = len(OPENREG_OUTCOMES)
-    terminalreporter.write_sep("-", "PyTorch's out-of-tree backend suite (OpenReg) on the device")
-    terminalreporter.write_line(
-        f"backend {torch_hal.backend_name()}: {covered} of the {in_suite} cases of its Python "
-        f"files but test_compile.py run ({left_out} left out: OpenReg's own extension, not in "
-        f"the torch wheel); "
-        f"{counts['passed']} passed ({100.0 * counts['passed'] / max(covered, 1):.1f}%), "
-        f"{counts['xfailed']} expected failures (not supported), {counts['failed']} failed, "
-        f"{counts['skipped']} skipped")
-    if failed:
-        terminalreporter.write_line("failed: " + ", ".join(failed))
-
-
 def pytest_terminal_summary(terminalreporter):
     if not torch_hal.is_loaded():
         terminalreporter.write_sep("!", "the backend under test could not be opened")
         terminalreporter.write_line(_load_failure())
-    if OPENREG_OUTCOMES and torch_hal.is_loaded():
-        _openreg_summary(terminalreporter)
     if OPINFO_SUMMARY.get("tested"):
         s = OPINFO_SUMMARY
         terminalreporter.write_sep("-", "OpInfo on the torch_hal device")
