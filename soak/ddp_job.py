@@ -69,8 +69,35 @@ def _tcp_sockets():
     return found
 
 
+# The TCP sockets that existed right after init_process_group returned ({inode: ports}): the
+# TCPStore's connections, which torch keeps for the process's life. A connection whose peer died
+# (rank 0 killed) is reset and leaves the kernel's TCP tables, so it is recognised by its inode.
+STORE_SOCKETS = {}
+
+
+def note_store_sockets():
+    """Wraps dist.init_process_group so that the TCP sockets open right after it are noted."""
+    init = dist.init_process_group
+
+    def init_and_note(*args, **kwargs):
+        result = init(*args, **kwargs)
+        tcp = _tcp_sockets()
+        for fd in open_fds():
+            try:
+                link = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                continue
+            inode = link[len("socket:["):-1] if link.startswith("socket:[") else None
+            if inode in tcp:
+                STORE_SOCKETS[inode] = tcp[inode]
+        return result
+
+    dist.init_process_group = init_and_note
+
+
 def describe_fds(fds):
-    """What each descriptor is: its link, and for TCP sockets the ports."""
+    """What each descriptor is: its link, and for TCP sockets the ports (a socket of the store
+    no longer in the kernel's tables: the ports it had when the process group started)."""
     tcp = _tcp_sockets()
     out = []
     for fd in sorted(fds, key=int):
@@ -79,7 +106,12 @@ def describe_fds(fds):
         except OSError:
             continue  # closed meanwhile
         inode = link[len("socket:["):-1] if link.startswith("socket:[") else None
-        out.append(f"{link} ({tcp[inode]})" if inode in tcp else link)
+        if inode in tcp:
+            out.append(f"{link} ({tcp[inode]})")
+        elif inode in STORE_SOCKETS:
+            out.append(f"{link} ({STORE_SOCKETS[inode]}, reset)")
+        else:
+            out.append(link)
     return out
 
 
@@ -118,6 +150,7 @@ def main():
     train_args = lm.parse_args(train_argv)
     if args.digests:
         record_digests(args.digests)
+    note_store_sockets()
 
     fds_before = open_fds()
     result = {"rank": int(os.environ.get("RANK", "0")), "pid": os.getpid(), "outcome": "ok"}
