@@ -17,6 +17,7 @@ eager's order and do not cut the lowered regions around them. Other random ops s
 nodes; :func:`is_random` tells them (the higher-order operators included).
 """
 
+import contextlib
 import operator
 
 import torch
@@ -178,7 +179,8 @@ def _rewrite(graph, node, last_random):
                 draw = graph.call_function(draw_bernoulli, what)
     # The draws' values for the metadata (the arithmetic's are propagated from them): the
     # draws themselves touch the generator, which fake tensors cannot.
-    with xval.fake_mode:
+    mode = getattr(xval, "fake_mode", None)
+    with mode if mode is not None else contextlib.nullcontext():
         draw.meta["val"] = torch.empty_like(xval)
     if hop == "run_and_save_rng_state":
         state.meta["val"] = _val(node)[0]
