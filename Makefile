@@ -136,13 +136,25 @@ build: deps
 # test-bridge-next comes first: it installs torch 2.14.1 and with it nvidia-nccl-cu13 in
 # out/venv-2.14.1, where //third_party:cuda_configure.bzl finds NCCL when Bazel starts, so every
 # build after it compiles the cuda backend's native collectives.
+# test-openreg runs beside test-bridge, 2 files at a time (its files mostly wait: test_ipc.py's
+# 30 s per case), once the bridge is installed; its output follows test-bridge's.
 TEST_SUITES := format-check test-bridge-next test-default test-asan test-tsan test-bridge \
-	test-openreg test-patches test-fuzz test-soak
+	test-patches test-fuzz test-soak
 test: deps-python
 	@rm -rf $(TESTLOGS); mkdir -p $(TESTLOGS); rc=0; start=$$SECONDS; \
 	for t in $(TEST_SUITES); do \
 	  echo "== make $$t ($$((SECONDS - start)) s so far)"; \
+	  if [ $$t = test-bridge ]; then \
+	    $(MAKE) --no-print-directory bridge || rc=1; \
+	    echo "== make test-openreg beside it ($(TESTLOGS)/openreg.log)"; \
+	    ($(MAKE) --no-print-directory test-openreg OPENREG_JOBS=2 > $(TESTLOGS)/openreg.log 2>&1; \
+	     echo $$? > $(TESTLOGS)/openreg.rc) & \
+	  fi; \
 	  $(MAKE) --no-print-directory $$t || rc=1; \
+	  if [ $$t = test-bridge ]; then \
+	    wait; echo "== make test-openreg"; cat $(TESTLOGS)/openreg.log; \
+	    [ "$$(cat $(TESTLOGS)/openreg.rc 2>/dev/null)" = 0 ] || rc=1; \
+	  fi; \
 	done; \
 	echo "== make test: $$((SECONDS - start)) s"; \
 	$(PYTHON) tools/test_summary.py $(TESTLOGS) || rc=1; \
@@ -223,11 +235,13 @@ test-zoo: bridge
 	TORCH_HAL_BACKEND=trainium $(BRIDGE_PYTEST)/test_model_zoo.py
 
 # PyTorch's OpenReg tests as upstream wrote them (bridge/tests/openreg_upstream/), renamed onto
-# hal and neuron by tools/openreg_rename.py, each file in a pytest process of its own (4 at a
-# time); every case's outcome is checked against openreg_upstream/expected_failures.txt (the
-# causes: openreg_upstream/RESULTS.md). About 3 minutes, most of it test_ipc.py's waits.
+# hal and neuron by tools/openreg_rename.py, each file in a pytest process of its own
+# (OPENREG_JOBS at a time); every case's outcome is checked against
+# openreg_upstream/expected_failures.txt (the causes: openreg_upstream/RESULTS.md). About 3
+# minutes alone, most of it test_ipc.py's waits; make test runs it beside test-bridge.
+OPENREG_JOBS ?= 4
 test-openreg: bridge
-	@$(PYTHON) tools/openreg_run.py --check --junit $(TESTLOGS)/openreg/test.xml
+	@$(PYTHON) tools/openreg_run.py --check --jobs $(OPENREG_JOBS) --junit $(TESTLOGS)/openreg/test.xml
 
 # The patch series: the tools' own tests, lint, per-patch tests, acceptance, census.
 test-patches: bridge
