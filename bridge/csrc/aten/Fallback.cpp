@@ -159,10 +159,6 @@ class FallbackCall
     FallbackCall(const c10::OperatorHandle &op, torch::jit::Stack *stack)
         : op_(op), schema_(op.schema()), stack_(stack)
     {
-        const auto &name = schema_.operator_name().name;
-        // Copies may legitimately mix devices; every other operator must not.
-        multi_device_ = name == "aten::copy_" || name == "aten::_copy_from" ||
-                        name == "aten::_copy_from_and_resize";
     }
 
     void run()
@@ -230,7 +226,6 @@ class FallbackCall
     const c10::OperatorHandle &op_;
     const c10::FunctionSchema &schema_;
     torch::jit::Stack *stack_;
-    bool multi_device_ = false;
     bool in_place_ = false;
     size_t args_begin_ = 0;
     c10::DeviceIndex target_ = -1; // device of the results
@@ -256,6 +251,14 @@ class FallbackCall
     size_t staged_in_ = 0;     // bytes copied from the device for the kernel
     size_t staged_out_ = 0;    // and back
 
+    // Copies may legitimately mix devices; every other operator must not.
+    bool mixesDevices() const
+    {
+        const auto &name = schema_.operator_name().name;
+        return name == "aten::copy_" || name == "aten::_copy_from" ||
+               name == "aten::_copy_from_and_resize";
+    }
+
     void addRef(size_t arg, bool write, const at::Tensor &t)
     {
         if (!isDeviceTensor(t))
@@ -266,7 +269,7 @@ class FallbackCall
         c10::DeviceIndex index = t.device().index();
         if (target_ < 0)
             target_ = index;
-        TORCH_CHECK(multi_device_ || index == target_,
+        TORCH_CHECK(index == target_ || mixesDevices(),
                     "Expected all tensors to be on the same device, but found at least two "
                     "devices, ",
                     c10::Device(kDeviceType, target_), " and ", t.device(), "! (in ",
@@ -286,16 +289,23 @@ class FallbackCall
         } else {
             m = *found;
         }
-        Mirror &mirror = mirrors_[m];
-        size_t span = spanBytes(t);
-        if (span > 0) {
-            size_t from = static_cast<size_t>(t.storage_offset()) * t.itemsize();
+        mirrors_[m].written = mirrors_[m].written || write;
+        refs_.push_back(Ref{ arg, write, t, at::Tensor(), m });
+    }
+
+    // Staging: the bytes of each storage the arguments span, and those the mutable ones span.
+    void measureSpans()
+    {
+        for (const Ref &ref : refs_) {
+            size_t span = spanBytes(ref.device);
+            if (span == 0)
+                continue;
+            Mirror &mirror = mirrors_[ref.mirror];
+            size_t from = static_cast<size_t>(ref.device.storage_offset()) * ref.device.itemsize();
             extend(mirror.lo, mirror.hi, from, from + span);
-            if (write)
+            if (ref.write)
                 extend(mirror.wlo, mirror.whi, from, from + span);
         }
-        mirror.written = mirror.written || write;
-        refs_.push_back(Ref{ arg, write, t, at::Tensor(), m });
     }
 
     void collectArguments()
@@ -333,6 +343,8 @@ class FallbackCall
         for (c10::DeviceIndex d : devices_)
             synchronizeCurrentStream(d);
 
+        if (!in_place_)
+            measureSpans();
         DeviceSet staged_devices;
         for (size_t m = 0; m < mirrors_.size(); ++m) {
             Mirror &mirror = mirrors_[m];
@@ -489,7 +501,9 @@ class FallbackCall
 
     void runCpuKernel()
     {
-        c10::DeviceGuard device_guard(c10::Device(kDeviceType, target_));
+        c10::OptionalDeviceGuard device_guard;
+        if (currentDevice() != target_)
+            device_guard.reset_device(c10::Device(kDeviceType, target_));
         DeviceCpuAllocationScope allocations(in_place_ ? target_ : -1);
         try {
             op_.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack_);
@@ -520,10 +534,10 @@ class FallbackCall
                 /*resizable=*/nbytes == 0));
         } else if (in_place_ && isDeviceBlock(impl->data_ptr())) {
             // Zero copy: the kernel allocated it in device memory; take ownership.
+            // The kernel ran in target_'s allocation scope (runCpuKernel): its device's block.
             c10::DataPtr data = impl->set_data_ptr(c10::DataPtr(nullptr, cpu.device()));
             impl->set_nbytes(0);
-            c10::DeviceIndex index = deviceOfPointer(data.get());
-            data.unsafe_set_device(c10::Device(kDeviceType, index >= 0 ? index : target_));
+            data.unsafe_set_device(c10::Device(kDeviceType, target_));
             storage = c10::Storage(c10::make_intrusive<c10::StorageImpl>(
                 c10::StorageImpl::use_byte_size_t(), nbytes, std::move(data), deviceAllocator(),
                 /*resizable=*/true));
@@ -584,9 +598,10 @@ class FallbackCall
 
     void writeBackMutations()
     {
-        // Mutable arguments may have grown within their storage (resize_ of an out= tensor).
+        // Staged: mutable arguments may have grown within their storage (resize_ of an out=
+        // tensor).
         for (const Ref &ref : refs_) {
-            if (!ref.write)
+            if (!ref.write || in_place_)
                 continue;
             Mirror &mirror = mirrors_[ref.mirror];
             if (ref.cpu.storage().unsafeGetStorageImpl() != mirror.cpu.unsafeGetStorageImpl())
