@@ -263,6 +263,33 @@ def test_kernels_run_after_the_streams_earlier_work(device, host_addressable, la
         host.neg_()
 
 
+def test_copies_and_fills_run_after_the_streams_earlier_work(device, host_addressable,
+                                                            monkeypatch):
+    """Copies and zero fills of device memory come after the kernels launched before them on
+    the current stream; on host-addressable memory they run on the calling thread once the
+    stream has done that work (no hand-off to the stream's worker)."""
+    if not host_addressable:
+        pytest.skip("host kernels are launched only where device memory is host-addressable")
+    monkeypatch.delenv("TORCH_HAL_COMPILE_LAUNCH", raising=False)
+    kernel = compiler.load_host_kernel(["const float*", "float*", "const int64_t"],
+                                       SCALE_KERNEL, device.index or 0)
+    assert isinstance(kernel, compiler.HostKernel)  # launched on the stream, asynchronously
+    n = 1 << 22
+    src = torch.arange(n, dtype=torch.float32, device=device)
+    out = torch.empty(n, device=device)
+    host = torch.empty(n).pin_memory()
+    expected = torch.arange(n, dtype=torch.float32) * 2 + 1
+    for _ in range(3):
+        kernel(src, out, n)
+        on_device = out.clone()  # device to device
+        host.copy_(out, non_blocking=True)  # device to pinned host
+        kernel(src, out, n)
+        out.zero_()
+        torch.accelerator.synchronize()
+        assert torch.equal(on_device.cpu(), expected) and torch.equal(host, expected)
+        assert torch.count_nonzero(out.cpu()) == 0
+
+
 def test_an_unknown_launch_mode_is_refused(device, monkeypatch):
     monkeypatch.setenv("TORCH_HAL_COMPILE_LAUNCH", "threads")
     with pytest.raises(ValueError, match="TORCH_HAL_COMPILE_LAUNCH='threads'"):

@@ -18,6 +18,8 @@
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
+#include <cstring>
+
 #include "aten/Common.h"
 #include "runtime/Allocator.h"
 #include "runtime/DeviceActivity.h"
@@ -155,8 +157,31 @@ void peerCopy(void *dst, c10::DeviceIndex dst_index, const void *src, c10::Devic
     TORCH_HAL_CHECK(st);
 }
 
+// Work on host-addressable device memory runs on the calling thread once the current stream's
+// earlier work is done, as the fallback runs every other operator there: queued on the stream,
+// it would cost a hand-off to the stream's worker that the next operator (which synchronizes
+// before it runs) waits for, tens of microseconds where the worker sleeps. Reported to
+// torch.profiler as the device's activity on that stream, issued by "memcpy" or "memset".
+template <typename Work>
+void onCallingThread(DeviceActivityKind kind, const char *name, const char *detail,
+                     c10::DeviceIndex index, int64_t bytes, Work work)
+{
+    synchronizeCurrentStream(index);
+    if (!deviceActivityRecording()) {
+        work();
+        return;
+    }
+    const int64_t start = deviceActivityNow();
+    work();
+    const int64_t end = deviceActivityNow();
+    const char *call = kind == DeviceActivityKind::Memset ? "memset" : "memcpy";
+    recordDeviceActivity(
+        { kind, name, currentStream(index), start, end, call, start, end, bytes, detail });
+}
+
 // Copies the bytes of `src` to `dst` (same dtype and geometry, both dense). Device work is
-// ordered on the current streams. Host memory takes part asynchronously only when
+// ordered on the current streams (on one host-addressable device: after their work, on the
+// calling thread). Host memory takes part asynchronously only when
 // non_blocking is set and it is pinned; pageable memory is always done with on return.
 void copyDenseBytes(const at::Tensor &dst, const at::Tensor &src, bool non_blocking)
 {
@@ -168,6 +193,15 @@ void copyDenseBytes(const at::Tensor &dst, const at::Tensor &src, bool non_block
     bool dst_dev = isDeviceTensor(dst);
     bool src_dev = isDeviceTensor(src);
     const auto bytes = static_cast<int64_t>(n);
+    const at::Tensor &either = dst_dev ? dst : src;
+    if (hostAddressable(either.device().index()) &&
+        (!dst_dev || !src_dev || dst.device() == src.device())) {
+        const char *name = !src_dev ? "Memcpy HtoD" : !dst_dev ? "Memcpy DtoH" : "Memcpy DtoD";
+        const char *direction = !src_dev ? "HtoD" : !dst_dev ? "DtoH" : "DtoD";
+        onCallingThread(DeviceActivityKind::Memcpy, name, direction, either.device().index(), bytes,
+                        [&] { std::memmove(dst_ptr, src_ptr, n); });
+        return;
+    }
     if (dst_dev && src_dev) {
         c10::DeviceIndex d = dst.device().index();
         c10::DeviceIndex s = src.device().index();
@@ -365,9 +399,16 @@ at::Tensor &zero_(at::Tensor &self)
     if (self.numel() == 0)
         return self;
     if (self.is_non_overlapping_and_dense()) {
-        // All-zero bytes are zero in every dtype: a stream-ordered memset.
+        // All-zero bytes are zero in every dtype: one memset, ordered on the current stream.
         const c10::DeviceGuard guard(self.device());
         size_t n = static_cast<size_t>(self.numel()) * self.itemsize();
+        c10::DeviceIndex index = self.device().index();
+        if (hostAddressable(index)) {
+            void *data = self.data_ptr();
+            onCallingThread(DeviceActivityKind::Memset, "Memset (Device)", nullptr, index,
+                            static_cast<int64_t>(n), [&] { std::memset(data, 0, n); });
+            return self;
+        }
         c10::Stream stream = currentStream(self.device().index());
         StreamActivity activity(DeviceActivityKind::Memset, "Memset (Device)", stream,
                                 static_cast<int64_t>(n)); // torch.profiler
