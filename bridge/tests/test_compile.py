@@ -1,8 +1,8 @@
 """torch.compile on the torch_hal device (torch_hal.compiler), with no backend argument.
 
 On a device that loads host shared objects (the cpu backend) Inductor generates C++ kernels,
-built as for plain CPU tensors, loaded and launched through the HAL program API (or, with
-TORCH_HAL_COMPILE_LAUNCH=inplace, run in place on its host-addressable memory): where Inductor
+built as for plain CPU tensors and run in place on its host-addressable memory (or, with
+TORCH_HAL_COMPILE_LAUNCH=stream, loaded and launched through the HAL program API): where Inductor
 generates the same kernels as for plain CPU tensors the results are the same bits; a compiled
 training step is bitwise the CPU-compiled one with the patch series (0017, 0021), within
 float32 rounding without it (see test_training_step_matches_cpu_compiled).
@@ -132,7 +132,9 @@ def test_package_digest_follows_code_and_libraries(tmp_path):
     assert _cache_key.package_digest(str(tmp_path)) not in (before, after_library)
 
 
-def test_compiled_kernels_match_cpu_compiled_bits(device):
+@pytest.mark.parametrize("launch", ["", "stream"])
+def test_compiled_kernels_match_cpu_compiled_bits(device, launch, monkeypatch):
+    monkeypatch.setenv("TORCH_HAL_COMPILE_LAUNCH", launch)
     torch.manual_seed(0)
     x, y = torch.randn(64, 33), torch.randn(64, 33)
     out, codes = run_and_get_code(torch.compile(fused), x.to(device), y.to(device))
@@ -176,7 +178,9 @@ def compiled_training_steps(dev):
     return torch.stack(losses), {n: p.grad.cpu() for n, p in model.named_parameters()}
 
 
-def test_training_step_matches_cpu_compiled(device):
+@pytest.mark.parametrize("launch", ["", "stream"])
+def test_training_step_matches_cpu_compiled(device, launch, monkeypatch):
+    monkeypatch.setenv("TORCH_HAL_COMPILE_LAUNCH", launch)
     cpu_losses, cpu_grads = compiled_training_steps(torch.device("cpu"))
     losses, grads = compiled_training_steps(device)
     if LOWERED_AS_CPU:
@@ -239,28 +243,32 @@ extern "C" void kernel(const float* in_ptr0, float* out_ptr0, const int64_t ks0)
 """
 
 
-@pytest.mark.parametrize("launch", ["", "inplace"])
+@pytest.mark.parametrize("launch", ["", "stream"])
 def test_kernels_run_after_the_streams_earlier_work(device, host_addressable, launch,
                                                     monkeypatch):
-    """Kernels are launched on the current stream after its earlier work, here an
-    asynchronous copy still queued; with TORCH_HAL_COMPILE_LAUNCH=inplace, where device memory
-    is host-addressable, they run on the calling thread (no stream launch, no worker thread to
-    wake) once the stream has done that work."""
+    """Kernels run after the current stream's earlier work, here a kernel launched on the
+    stream and still running: by default, where device memory is host-addressable, on the
+    calling thread once the stream has done that work (no stream launch, no worker thread to
+    wake); with TORCH_HAL_COMPILE_LAUNCH=stream, launched on the stream behind it."""
     if not host_addressable:
         pytest.skip("kernels run in place only where device memory is host-addressable")
+    arg_types = ["const float*", "float*", "const int64_t"]
+    monkeypatch.setenv("TORCH_HAL_COMPILE_LAUNCH", "stream")
+    queued = compiler.load_host_kernel(arg_types, SCALE_KERNEL, device.index or 0)
     monkeypatch.setenv("TORCH_HAL_COMPILE_LAUNCH", launch)
-    kernel = compiler.load_host_kernel(["const float*", "float*", "const int64_t"],
-                                       SCALE_KERNEL, device.index or 0)
-    assert isinstance(kernel, compiler.InPlaceKernel if launch else compiler.HostKernel)
-    n = 1 << 20
-    host = torch.arange(n, dtype=torch.float32).pin_memory()
-    src = torch.zeros(n, device=device)
+    kernel = compiler.load_host_kernel(arg_types, SCALE_KERNEL, device.index or 0)
+    assert isinstance(queued, compiler.HostKernel)
+    assert isinstance(kernel, compiler.HostKernel if launch else compiler.InPlaceKernel)
+    n = 1 << 22
+    src = torch.arange(n, dtype=torch.float32, device=device)
+    mid = torch.zeros(n, device=device)
     out = torch.empty(n, device=device)
+    expected = (torch.arange(n, dtype=torch.float32) * 2 + 1) * 2 + 1
     for _ in range(3):
-        src.copy_(host, non_blocking=True)
-        kernel(src, out, n)
-        assert torch.equal(out.cpu(), host * 2 + 1)
-        host.neg_()
+        queued(src, mid, n)
+        kernel(mid, out, n)
+        assert torch.equal(out.cpu(), expected)
+        mid.zero_()
 
 
 def test_copies_and_fills_run_after_the_streams_earlier_work(device, host_addressable,
@@ -270,7 +278,7 @@ def test_copies_and_fills_run_after_the_streams_earlier_work(device, host_addres
     stream has done that work (no hand-off to the stream's worker)."""
     if not host_addressable:
         pytest.skip("host kernels are launched only where device memory is host-addressable")
-    monkeypatch.delenv("TORCH_HAL_COMPILE_LAUNCH", raising=False)
+    monkeypatch.setenv("TORCH_HAL_COMPILE_LAUNCH", "stream")
     kernel = compiler.load_host_kernel(["const float*", "float*", "const int64_t"],
                                        SCALE_KERNEL, device.index or 0)
     assert isinstance(kernel, compiler.HostKernel)  # launched on the stream, asynchronously
@@ -325,7 +333,7 @@ except RuntimeError as e:
 """
 
 
-@pytest.mark.parametrize("launch", ["", "inplace"])
+@pytest.mark.parametrize("launch", ["stream", ""])
 def test_a_failing_kernel_reports_its_error(device_type, device, launch):
     """An index Inductor checks in the kernel (out of bounds here) fails the kernel: the error
     names the kernel's check (latched on the stream where kernels are launched, raised by the
@@ -344,6 +352,7 @@ if not GENERATES:
          test_attention_compiles_and_matches_cpu_compiled,
          test_dynamic_shapes, test_graph_on_another_device_allocates_there,
          test_a_failing_kernel_reports_its_error, test_kernels_run_after_the_streams_earlier_work,
+         test_copies_and_fills_run_after_the_streams_earlier_work,
          test_an_unknown_launch_mode_is_refused)
 
     def test_no_code_generator(device_type, device, monkeypatch):

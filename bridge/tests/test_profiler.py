@@ -16,6 +16,7 @@ operators that allocate it and the exported trace holds the [memory] events of t
 
 import json
 
+import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
@@ -127,7 +128,13 @@ def test_zero_fills_are_memset_rows(device, host_addressable, tmp_path):
     assert len(runtime) == 2
 
 
-def test_compiled_kernels_are_timed_on_the_stream(device, tmp_path):
+@pytest.mark.parametrize("launch", ["", "stream"])
+def test_compiled_kernels_are_timed_on_the_stream(device, host_addressable, launch, tmp_path,
+                                                  monkeypatch):
+    """Each run of a compiled kernel is a kernel row of the current stream: timed with HAL
+    timing events where it is launched as a HAL program, on the host clock where it runs in
+    place on host-addressable memory (the default there)."""
+    monkeypatch.setenv("TORCH_HAL_COMPILE_LAUNCH", launch)
     torch._dynamo.reset()
     fn = torch.compile(lambda a: (a * 2).sin() + 1)
     x = torch.randn(128, device=device)
@@ -138,8 +145,10 @@ def test_compiled_kernels_are_timed_on_the_stream(device, tmp_path):
     torch.testing.assert_close(out.cpu(), (x.cpu() * 2).sin() + 1)
     events = _trace(prof, tmp_path)
     _check_links(events)
-    launches = [e for e in events if e.get("cat") == "privateuse1_runtime"
-                and e["name"] == "hal_kernel_launch"]
+    in_place = host_addressable and launch != "stream" and \
+        "host_elf" in torch_hal.programs.formats(device.index)
+    call = "torch_hal kernel" if in_place else "hal_kernel_launch"
+    launches = [e for e in events if e.get("cat") == "privateuse1_runtime" and e["name"] == call]
     assert launches, sorted({e.get("name") for e in events if e.get("cat")})
     ids = {e["args"]["correlation"] for e in launches}
     kernels = [e for e in events if e.get("cat") == "kernel" and e["args"]["correlation"] in ids]

@@ -13,11 +13,11 @@ and :func:`register` (called from there, so ``import torch`` does not load Induc
   OpenMP settings: the same kernel gives the same bits) together with an entry point in the HAL's
   host calling convention (``hal/include/hal/hal_program.h``), loaded with
   ``hal_program_create`` and launched with ``hal_kernel_launch`` on the device's current
-  stream (:class:`HostKernel`): the generated code never waits for the device. With
-  ``TORCH_HAL_COMPILE_LAUNCH=inplace``, where the device's memory is host-addressable (the cpu
-  backend), the kernel is instead bound as for the CPU and runs on the calling thread once the
-  current stream has done its earlier work, as the fallback runs operators
-  (:class:`InPlaceKernel`). Buffers come from the device's caching allocator; operators
+  stream (:class:`HostKernel`): the generated code never waits for the device. Where the
+  device's memory is host-addressable (the cpu backend) this is what
+  ``TORCH_HAL_COMPILE_LAUNCH=stream`` asks for; by default such a device's kernel is bound as for
+  the CPU and runs on the calling thread once the current stream has done its earlier work, as
+  the fallback runs operators (:class:`InPlaceKernel`). Buffers come from the device's caching allocator; operators
   Inductor does not generate (matmuls and other extern kernels) run as device operators,
   through the bridge's fallback, which orders them after pending launches.
 * Inductor, on devices that load cubin (or PTX) and are not host-addressable (the cuda
@@ -36,7 +36,8 @@ torch 2.13.0's Inductor takes any device that is not "cpu" for a GPU in places; 
 this needs are in :func:`_configure_inductor` (bridge/README.md, "torch.compile").
 
 Environment: ``TORCHINDUCTOR_*`` variables work as for the CPU (cache directory, threads);
-``TORCH_HAL_COMPILE_LAUNCH``: ``stream`` (the default) or ``inplace`` (see above).
+``TORCH_HAL_COMPILE_LAUNCH``: ``inplace`` (the default; it applies where the device's memory
+is host-addressable) or ``stream`` (HAL program launches on every device; see above).
 """
 
 import dataclasses
@@ -162,25 +163,34 @@ class InPlaceKernel:
     the same source, so the same shared object), and run on the calling thread once the
     device's current stream has done its earlier work, as the fallback runs CPU operators.
 
-    Used with TORCH_HAL_COMPILE_LAUNCH=inplace. What it saves: a stream launch hands each kernel
-    to the stream's worker thread and the next fallback operator (a matmul, the optimizer)
-    waits for that thread, so every kernel costs two thread wake-ups, and on a loaded host each
-    waits for a CPU (examples/bench_step_time.py measures both). What it gives up: the launch
-    is no longer enqueue-only (the calling thread waits for the stream, then runs the kernel).
-    A failing kernel (Inductor's index-bounds checks) raises RuntimeError from the call."""
+    The default on such devices (TORCH_HAL_COMPILE_LAUNCH=stream launches them on the stream
+    instead). What it saves: a stream launch hands each kernel to the stream's worker thread
+    and the next fallback operator (a matmul, the optimizer) waits for that thread, so every
+    kernel costs two thread wake-ups, and on a loaded host each waits for a CPU
+    (examples/bench_step_time.py measures both). What it gives up: the launch is no longer
+    enqueue-only (the calling thread waits for the stream, then runs the kernel). A failing
+    kernel (Inductor's index-bounds checks) raises RuntimeError from the call. torch.profiler
+    shows each run as a kernel row named ``name`` on the current stream, timed on the host."""
 
-    __slots__ = ("_run", "device_index")
+    __slots__ = ("_run", "device_index", "name")
 
-    def __init__(self, arg_types, source, device_index):
+    def __init__(self, arg_types, source, device_index, name=None):
         from torch._inductor.codecache import CppPythonBindingsCodeCache
 
         self._run = CppPythonBindingsCodeCache.load_pybinding(arg_types, source,
                                                               device_type="cpu")
         self.device_index = device_index
+        self.name = _entry_name(name)
 
     def __call__(self, *args):
         torch.accelerator.current_stream(self.device_index).synchronize()
+        if not _C._device_activity_recording():
+            self._run(*args)
+            return
+        start = _C._device_activity_now()
         self._run(*args)
+        _C._record_in_place_kernel(self.name, self.device_index, start,
+                                   _C._device_activity_now())
 
 
 _LAUNCH_MODES = ("stream", "inplace")
@@ -188,10 +198,10 @@ _LAUNCH_MODES = ("stream", "inplace")
 
 def _runs_in_place(device_index):
     """Whether the device's kernels run on the calling thread (:class:`InPlaceKernel`): where
-    TORCH_HAL_COMPILE_LAUNCH=inplace asks for it and the device's memory is host-addressable;
-    otherwise they are launched on the stream (:class:`HostKernel`). Raises ValueError naming
-    the variable for a value other than ``stream``, ``inplace`` or empty."""
-    mode = os.environ.get("TORCH_HAL_COMPILE_LAUNCH", "") or "stream"
+    the device's memory is host-addressable, unless TORCH_HAL_COMPILE_LAUNCH=stream; otherwise
+    they are launched on the stream (:class:`HostKernel`). Raises ValueError naming the
+    variable for a value other than ``stream``, ``inplace`` or empty."""
+    mode = os.environ.get("TORCH_HAL_COMPILE_LAUNCH", "") or "inplace"
     if mode not in _LAUNCH_MODES:
         raise ValueError(f"TORCH_HAL_COMPILE_LAUNCH={mode!r}: expected one of "
                          f"{', '.join(_LAUNCH_MODES)}")
@@ -206,13 +216,13 @@ def load_host_kernel(arg_types, source, device_index, name=None):
     ``name`` (Inductor's kernel name) names the program's entry point, as the device's
     profiler rows show it.
 
-    Returns a :class:`HostKernel` loaded on the device, or an :class:`InPlaceKernel` where
-    TORCH_HAL_COMPILE_LAUNCH=inplace and the device's memory is host-addressable (see
-    :func:`_runs_in_place`). Raises RuntimeError (the compiler's output, or the HAL's message
+    Returns an :class:`InPlaceKernel` where the device's memory is host-addressable (unless
+    TORCH_HAL_COMPILE_LAUNCH=stream; see :func:`_runs_in_place`), else a :class:`HostKernel`
+    loaded on the device. Raises RuntimeError (the compiler's output, or the HAL's message
     naming the backend and the call) when the source does not build or load, ValueError for
     an unknown TORCH_HAL_COMPILE_LAUNCH."""
     if _runs_in_place(device_index):
-        return InPlaceKernel(arg_types, source, device_index)
+        return InPlaceKernel(arg_types, source, device_index, name)
     include = os.path.join(os.path.dirname(os.path.abspath(__file__)), "include")
     entry = _entry_name(name)
     code = source + _entry_source(arg_types, entry)

@@ -229,6 +229,18 @@ void launch(uintptr_t kernel_handle, int device_index, int64_t stream_id, py::se
 
 void initProgramBindings(py::module &m)
 {
+    // torch.profiler for kernels run on the calling thread (compiler.InPlaceKernel): whether
+    // the device's activity is recorded, the profiler's clock, and one run's record (a kernel
+    // row on the device's current stream, issued by a "torch_hal kernel" runtime row).
+    m.def("_device_activity_recording", [] { return deviceActivityRecording(); });
+    m.def("_device_activity_now", [] { return deviceActivityNow(); });
+    m.def("_record_in_place_kernel",
+          [](const std::string &name, int device, int64_t start_ns, int64_t end_ns) {
+              const auto index = static_cast<c10::DeviceIndex>(device);
+              recordDeviceActivity({ DeviceActivityKind::Kernel, name.c_str(), currentStream(index),
+                                     start_ns, end_ns, "torch_hal kernel", start_ns, end_ns, 0,
+                                     "in place on host-addressable device memory" });
+          });
     m.def(
         "_program_create",
         [](int device_index, int format, py::bytes image) {
