@@ -15,6 +15,9 @@ operators that allocate it and the exported trace holds the [memory] events of t
 """
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -185,3 +188,70 @@ def test_torch_tb_profiler_reads_the_device_kernels(device, tmp_path):
     assert data.has_kernel
     assert {"aten::mm", "aten::relu"} <= set(data.kernel_stat.index), data.kernel_stat
     assert (data.kernel_stat.loc["aten::mm", "count"]) == 2
+
+
+AGREEMENT_RUN = r"""
+import json, sys, time
+import torch
+import torch_hal
+from torch.profiler import ProfilerActivity, profile
+
+device = torch.device(torch_hal.device_type(), 0)
+kernels = "host_elf" in torch_hal.programs.formats(0)
+fn = torch.compile(lambda a: (a * 2).sin() + 1) if kernels else None
+host = torch.arange(4096, dtype=torch.float32)
+x = host.to(device)
+if fn is not None:
+    fn(x)  # compiled before the profiled part
+torch.accelerator.synchronize()
+start = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
+    y = host.to(device)             # host to device
+    z = torch.empty_like(y)
+    z.copy_(y)                      # within the device
+    y.zero_()                       # a fill
+    if fn is not None:
+        out = fn(z)                 # compiled kernels, launched on the stream
+    back = z.cpu()                  # device to host
+    torch.accelerator.synchronize()
+end = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+assert torch.equal(back, host)
+prof.export_chrome_trace(sys.argv[1])
+print(json.dumps({"start_ns": start, "end_ns": end}))
+"""
+
+
+def test_hal_trace_and_profiler_agree(device_type, tmp_path):
+    """The trace layer's file (HAL_LAYERS=trace) and torch.profiler's trace of the same run
+    describe the device work that went through HAL calls alike (hal/hal_activity.h): the same
+    rows, in the same order, with the same names, categories, bytes and directions. Work the
+    bridge runs on the calling thread (host-addressable memory) makes no HAL call, so only the
+    profiler shows it."""
+    profiler_path = tmp_path / "profiler.json"
+    # The child's emulated NeuronCores are its own (this process may hold the run's).
+    env = dict(os.environ, HAL_LAYERS="trace", HAL_TRACE_FILE=str(tmp_path / "hal-%p.json"),
+               TORCH_HAL_COMPILE_LAUNCH="stream",
+               NEURON_EMU_LOCK_DIR=str(tmp_path / "neuron-locks"))
+    proc = subprocess.run([sys.executable, "-c", AGREEMENT_RUN, str(profiler_path)], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    window = json.loads(proc.stdout.strip().splitlines()[-1])
+    (hal_path,) = tmp_path.glob("hal-*.json")
+    categories = ("kernel", "gpu_memcpy", "gpu_memset")
+
+    def described(e):
+        args = e.get("args", {})
+        return (e["name"], e["cat"], args.get("bytes"), args.get("direction"))
+
+    events = json.loads(profiler_path.read_text())["traceEvents"]
+    calls = {e["args"]["correlation"]: e["name"] for e in events
+             if e.get("cat") == "privateuse1_runtime"}
+    profiled = sorted((e for e in events if e.get("cat") in categories
+                       and calls.get(e["args"]["correlation"], "").startswith("hal_")),
+                      key=lambda e: e["ts"])
+    traced = sorted((e for e in json.loads(hal_path.read_text())["traceEvents"]
+                     if e.get("ph") == "X" and e.get("cat") in categories
+                     and window["start_ns"] <= e["ts"] * 1000 <= window["end_ns"]),
+                    key=lambda e: e["ts"])
+    assert profiled, sorted({(e.get("cat"), e.get("name")) for e in events})
+    assert [described(e) for e in traced] == [described(e) for e in profiled]

@@ -94,7 +94,8 @@ typedef struct hal_layer_call {
     const void *ptr2;         /* src, recv buffer */
     uint64_t size;     /* bytes (mem_alloc, memcpy, memset, program_create), element count, or
                           kernel_launch's argument count */
-    int64_t arg;       /* index, priority, flags, value, alignment, root or peer */
+    int64_t arg;       /* index, priority, flags, value, alignment, root or peer;
+                          memcpy_async: 1 where its ends belong to different devices */
     int32_t dtype, op; /* collectives */
     uint64_t out;      /* after: device_count's count, device_get_free_memory's bytes */
     float out_ms;      /* after: event_elapsed_ms */

@@ -5,7 +5,9 @@
  * to the moment it is done. Those device-side spans are measured by host functions the layer
  * enqueues around the work (stream_launch_host_fn, else stream_add_callback), only while tracing;
  * host functions and callbacks the core enqueues are timed by a trampoline around them, and a
- * collective run on the host engine is named after its operation ("hal_allreduce").
+ * collective run on the host engine is named after its operation ("hal_allreduce"). Device-side
+ * spans are named and classified as hal/include/hal/hal_activity.h says, as profilers built on
+ * the HAL name their rows ("Memcpy HtoD" in "gpu_memcpy", a kernel's name in "kernel", ...).
  * The file is trace_file.c's. */
 #include <inttypes.h>
 #include <stdarg.h>
@@ -13,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hal/hal_activity.h"
 #include "hal/layers/layer.h"
 #include "hal/layers/trace.h"
 #include "hal/src/core.h"
@@ -102,6 +105,16 @@ static const char *op_name(int32_t op)
     return op >= 0 && op < HAL_REDOP_COUNT ? names[op] : "unknown";
 }
 
+static bool on_device(hal_mem_kind_t kind)
+{
+    return kind == HAL_MEM_KIND_DEVICE || kind == HAL_MEM_KIND_SHARED;
+}
+
+static hal_copy_direction_t copy_direction(const hal_layer_call_t *c)
+{
+    return hal_copy_direction_of(on_device(c->kind), on_device(c->kind2), c->arg == 0);
+}
+
 /* ts and dur: microseconds with nanosecond digits. */
 static void put_us(text_t *t, const char *key, uint64_t ns)
 {
@@ -150,6 +163,8 @@ static void format_args(const trace_ctx_t *ctx, const hal_layer_call_t *c, hal_s
             ",\"bytes\":%" PRIu64
             ",\"dst\":\"%p\",\"src\":\"%p\",\"dst_kind\":\"%s\",\"src_kind\":\"%s\"",
             c->size, c->ptr, c->ptr2, kind_name(c->kind), kind_name(c->kind2));
+        put(t, ",\"" HAL_ACTIVITY_ARG_DIRECTION "\":\"%s\"",
+            hal_copy_direction_name(copy_direction(c)));
         break;
     case HAL_SLOT_memset_async:
         put(t, ",\"bytes\":%" PRIu64 ",\"dst\":\"%p\",\"value\":%" PRId64, c->size, c->ptr, c->arg);
@@ -237,8 +252,10 @@ typedef struct span {
     _Atomic int refs;  /* the start and end marks */
     uint64_t start_ns; /* set by the start mark */
     uint32_t track;
-    hal_slot_t slot;
     bool enqueued; /* the work itself was enqueued */
+    /* The record's name and category (hal_activity.h), JSON-escaped. */
+    char name[HAL_KERNEL_NAME_MAX + 8];
+    const char *cat;
     char args[ARGS_MAX];
 } span_t;
 
@@ -265,8 +282,8 @@ static hal_status_t mark_end(void *arg, hal_status_t stream_status)
                  stream_status != HAL_OK ? ",\"stream_status\":\"" : "",
                  stream_status != HAL_OK ? hal_status_string(stream_status) : "",
                  stream_status != HAL_OK ? "\"" : "");
-        emit(hal_slot_name(s->slot), "hal.stream", s->start_ns, hal_trace_now_ns(),
-             HAL_TRACE_STREAM_TID_BASE + s->track, args);
+        emit(s->name, s->cat, s->start_ns, hal_trace_now_ns(), HAL_TRACE_STREAM_TID_BASE + s->track,
+             args);
     }
     span_unref(s);
     return HAL_OK;
@@ -280,6 +297,35 @@ static void mark_start_cb(hal_status_t stream_status, void *arg)
 static void mark_end_cb(hal_status_t stream_status, void *arg)
 {
     mark_end(arg, stream_status);
+}
+
+/* Names the work a span measures as hal_activity.h does: copies "Memcpy HtoD" and the like,
+ * fills "Memset (Device)", launches after their kernel, collectives "hal_<operation>"; the
+ * rest (event records and waits, asynchronous frees) after their slot, as stream bookkeeping. */
+static void name_span(span_t *s, const hal_layer_call_t *c)
+{
+    hal_activity_kind_t kind = HAL_ACTIVITY_STREAM;
+    const char *name = hal_slot_name(c->slot);
+    if (c->slot == HAL_SLOT_memcpy_async) {
+        kind = HAL_ACTIVITY_MEMCPY;
+        name = hal_copy_activity_name(copy_direction(c));
+    } else if (c->slot == HAL_SLOT_memset_async) {
+        kind = HAL_ACTIVITY_MEMSET;
+        name = HAL_ACTIVITY_MEMSET_NAME;
+    } else if (c->slot == HAL_SLOT_kernel_launch && c->name != NULL) {
+        kind = HAL_ACTIVITY_KERNEL;
+        name = c->name;
+    } else if (hal_slot_flags(c->slot) & HAL_SLOT_FLAG_COLLECTIVE) {
+        kind = HAL_ACTIVITY_COLLECTIVE;
+    }
+    s->cat = hal_activity_category(kind);
+    if (kind == HAL_ACTIVITY_COLLECTIVE) {
+        char full[64];
+        snprintf(full, sizeof(full), HAL_ACTIVITY_COLLECTIVE_PREFIX "%s", name);
+        json_escape(full, s->name, sizeof(s->name));
+    } else {
+        json_escape(name, s->name, sizeof(s->name));
+    }
 }
 
 /* Enqueues a mark on the next level (a call of the layer's own, invisible to layers below). */
@@ -319,14 +365,16 @@ static void emit_host_fn(wrapped_fn_t *w, uint64_t t0, hal_status_t rc)
     uint64_t t1 = hal_trace_now_ns();
     char args[ARGS_MAX + 200];
     const char *name = w->cb ? "callback" : "host_fn";
+    hal_activity_kind_t kind = HAL_ACTIVITY_STREAM;
     if (current_collective.active) {
-        name = current_collective.name;
+        name = current_collective.name; /* "hal_allreduce": hal_activity.h's form already */
+        kind = HAL_ACTIVITY_COLLECTIVE;
         snprintf(args, sizeof(args), "%s,%s", w->args, current_collective.args);
     } else {
         snprintf(args, sizeof(args), "%s,\"status\":\"%s\"", w->args, hal_status_string(rc));
     }
     current_collective.active = false;
-    emit(name, "hal.stream", t0, t1, HAL_TRACE_STREAM_TID_BASE + w->track, args);
+    emit(name, hal_activity_category(kind), t0, t1, HAL_TRACE_STREAM_TID_BASE + w->track, args);
 }
 
 static hal_status_t trampoline(void *arg, hal_status_t stream_status)
@@ -381,7 +429,6 @@ static hal_status_t trace_before(void *arg, hal_layer_call_t *c)
             return HAL_OK;
         atomic_init(&s->refs, 2);
         s->track = stream_track(c->stream);
-        s->slot = c->slot;
         if (enqueue_mark(c->stream, mark_start, mark_start_cb, s) != HAL_OK) {
             free(s);
             return HAL_OK;
@@ -413,6 +460,7 @@ static hal_status_t trace_after(void *arg, hal_layer_call_t *c, hal_status_t st)
     span_t *s = c->scratch;
     if (s) {
         s->enqueued = st == HAL_OK;
+        name_span(s, c);
         memcpy(s->args, args, t.n + 1);
         if (enqueue_mark(c->stream, mark_end, mark_end_cb, s) != HAL_OK)
             span_unref(s);

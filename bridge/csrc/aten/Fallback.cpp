@@ -216,11 +216,13 @@ class FallbackCall
         if (staged_in_ > 0)
             recordDeviceActivity({ DeviceActivityKind::Memcpy, "Memcpy DtoH (staging)", stream,
                                    times[0], times[1], nullptr, 0, 0,
-                                   static_cast<int64_t>(staged_in_), "DtoH" });
+                                   static_cast<int64_t>(staged_in_),
+                                   hal_copy_direction_name(HAL_COPY_DTOH) });
         if (staged_out_ > 0)
             recordDeviceActivity({ DeviceActivityKind::Memcpy, "Memcpy HtoD (staging)", stream,
                                    times[2], times[3], nullptr, 0, 0,
-                                   static_cast<int64_t>(staged_out_), "HtoD" });
+                                   static_cast<int64_t>(staged_out_),
+                                   hal_copy_direction_name(HAL_COPY_HTOD) });
     }
 
     const c10::OperatorHandle &op_;

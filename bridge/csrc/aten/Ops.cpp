@@ -196,17 +196,18 @@ void copyDenseBytes(const at::Tensor &dst, const at::Tensor &src, bool non_block
     const at::Tensor &either = dst_dev ? dst : src;
     if (hostAddressable(either.device().index()) &&
         (!dst_dev || !src_dev || dst.device() == src.device())) {
-        const char *name = !src_dev ? "Memcpy HtoD" : !dst_dev ? "Memcpy DtoH" : "Memcpy DtoD";
-        const char *direction = !src_dev ? "HtoD" : !dst_dev ? "DtoH" : "DtoD";
-        onCallingThread(DeviceActivityKind::Memcpy, name, direction, either.device().index(), bytes,
+        const hal_copy_direction_t direction = hal_copy_direction_of(dst_dev, src_dev, true);
+        onCallingThread(DeviceActivityKind::Memcpy, hal_copy_activity_name(direction),
+                        hal_copy_direction_name(direction), either.device().index(), bytes,
                         [&] { std::memmove(dst_ptr, src_ptr, n); });
         return;
     }
     if (dst_dev && src_dev) {
         c10::DeviceIndex d = dst.device().index();
         c10::DeviceIndex s = src.device().index();
-        StreamActivity activity(DeviceActivityKind::Memcpy, d == s ? "Memcpy DtoD" : "Memcpy PtoP",
-                                currentStream(d), bytes, d == s ? "DtoD" : "PtoP");
+        const hal_copy_direction_t direction = hal_copy_direction_of(true, true, d == s);
+        StreamActivity activity(DeviceActivityKind::Memcpy, hal_copy_activity_name(direction),
+                                currentStream(d), bytes, hal_copy_direction_name(direction));
         if (d == s)
             TORCH_HAL_CHECK(hal_memcpy_async(dst_ptr, src_ptr, n, currentHalStream(d)));
         else
@@ -218,8 +219,9 @@ void copyDenseBytes(const at::Tensor &dst, const at::Tensor &src, bool non_block
     const at::Tensor &host = dst_dev ? src : dst;
     c10::Stream stream = currentStream(dev.device().index());
     hal_stream_t hal_stream = halStream(stream);
-    StreamActivity activity(DeviceActivityKind::Memcpy, dst_dev ? "Memcpy HtoD" : "Memcpy DtoH",
-                            stream, bytes, dst_dev ? "HtoD" : "DtoH");
+    const hal_copy_direction_t direction = hal_copy_direction_of(dst_dev, src_dev, false);
+    StreamActivity activity(DeviceActivityKind::Memcpy, hal_copy_activity_name(direction), stream,
+                            bytes, hal_copy_direction_name(direction));
     TORCH_HAL_CHECK(hal_memcpy_async(dst_ptr, src_ptr, n, hal_stream));
     activity.end();
     if (non_blocking) {
@@ -405,12 +407,12 @@ at::Tensor &zero_(at::Tensor &self)
         c10::DeviceIndex index = self.device().index();
         if (hostAddressable(index)) {
             void *data = self.data_ptr();
-            onCallingThread(DeviceActivityKind::Memset, "Memset (Device)", nullptr, index,
+            onCallingThread(DeviceActivityKind::Memset, HAL_ACTIVITY_MEMSET_NAME, nullptr, index,
                             static_cast<int64_t>(n), [&] { std::memset(data, 0, n); });
             return self;
         }
         c10::Stream stream = currentStream(self.device().index());
-        StreamActivity activity(DeviceActivityKind::Memset, "Memset (Device)", stream,
+        StreamActivity activity(DeviceActivityKind::Memset, HAL_ACTIVITY_MEMSET_NAME, stream,
                                 static_cast<int64_t>(n)); // torch.profiler
         TORCH_HAL_CHECK(hal_memset_async(self.data_ptr(), 0, n, halStream(stream)));
         activity.end();

@@ -133,7 +133,8 @@ ProcessGroupHAL::run(c10d::OpType type, const char *what, c10::Device device,
         }
         // torch.profiler: the collective as a kernel row on the communication stream (a
         // coalesced group's calls are enqueued together when it ends).
-        const std::string row = deviceActivityRecording() ? std::string("hal_") + what : "";
+        const std::string row =
+            deviceActivityRecording() ? std::string(HAL_ACTIVITY_COLLECTIVE_PREFIX) + what : "";
         StreamActivity activity(DeviceActivityKind::Kernel, row.c_str(), comm->stream,
                                 in_elems * static_cast<int64_t>(c10::elementSize(dtype)),
                                 coalesced ? "collective (coalesced: enqueued at the group's end)"

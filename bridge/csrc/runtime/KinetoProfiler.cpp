@@ -3,9 +3,11 @@
 // PrivateUse1 (REGISTER_PRIVATEUSE1_PROFILER). While a session records, the bridge reports the
 // device's activity (DeviceActivity.h); the session turns each report into the rows Kineto
 // writes for a GPU: a "kernel" / "gpu_memcpy" / "gpu_memset" row on the device (pid = device
-// index, tid = stream), and the host-side call that issued it as a runtime row on the calling
-// thread, both carrying the correlation id of the CPU operator around them (Kineto pushes it
-// to the session when the operator starts), joined by an ac2g flow and linked to that operator.
+// index, tid = stream), named, classified and described as hal/hal_activity.h says, as the
+// HAL's trace layer writes the same work (HAL_LAYERS=trace), and the host-side call that issued it
+// as a runtime row on the calling thread, both carrying the correlation id of the CPU operator
+// around them (Kineto pushes it to the session when the operator starts), joined by an ac2g flow
+// and linked to that operator.
 //
 // Times: work the bridge runs on the calling thread (the fallback's operators, in place on
 // host-addressable memory or staged through host memory) is timed with the host clock; work
@@ -268,15 +270,17 @@ class HalProfilerSession final : public libkineto::IActivityProfilerSession
                 act.flow.type = libkineto::kLinkAsyncCpuGpu;
                 act.flow.start = 0;
             }
-            act.addMetadata("device", r.device);
-            act.addMetadata("stream", r.stream);
+            // The argument keys of hal_activity.h, as the trace layer writes them.
+            act.addMetadata(HAL_ACTIVITY_ARG_DEVICE, r.device);
+            act.addMetadata(HAL_ACTIVITY_ARG_STREAM, r.stream);
             act.addMetadata("correlation", r.correlation);
             if (r.kind == DeviceActivityKind::Memcpy || r.bytes > 0)
-                act.addMetadata("bytes", r.bytes);
+                act.addMetadata(HAL_ACTIVITY_ARG_BYTES, r.bytes);
             if (r.detail != nullptr)
                 act.addMetadataQuoted(
-                    r.kind == DeviceActivityKind::Memcpy ? "direction" : "execution", r.detail);
-            act.addMetadataQuoted("backend", backendName());
+                    r.kind == DeviceActivityKind::Memcpy ? HAL_ACTIVITY_ARG_DIRECTION : "execution",
+                    r.detail);
+            act.addMetadataQuoted(HAL_ACTIVITY_ARG_BACKEND, backendName());
             act.log(logger);
             streams_.insert({ r.device, r.stream });
             devices_.insert(r.device);

@@ -21,6 +21,7 @@
 #include "hal/hal_allocator.h"
 #include "hal/hal_comm.h"
 #include "hal/hal_program.h"
+#include "hal/hal_activity.h"
 /* clang-format on */
 
 #endif /* HAL_HAL_H */
