@@ -216,7 +216,7 @@ static void format_args(const trace_ctx_t *ctx, const hal_layer_call_t *c, hal_s
 static void emit(const char *name, const char *cat, uint64_t start_ns, uint64_t end_ns,
                  uint32_t tid, const char *args)
 {
-    char event[2 * ARGS_MAX];
+    char event[2 * ARGS_MAX + HAL_KERNEL_NAME_MAX]; /* room for a kernel name too */
     text_t t = { event, 0, sizeof(event), false };
     put(&t, "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\"", name, cat);
     put_us(&t, "ts", start_ns);
