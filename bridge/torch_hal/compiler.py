@@ -15,11 +15,12 @@ and :func:`register` (called from there, so ``import torch`` does not load Induc
   ``hal_program_create`` and launched with ``hal_kernel_launch`` on the device's current
   stream (:class:`HostKernel`): the generated code never waits for the device. Where the
   device's memory is host-addressable (the cpu backend) this is what
-  ``TORCH_HAL_COMPILE_LAUNCH=stream`` asks for; by default such a device's kernel is bound as for
-  the CPU and runs on the calling thread once the current stream has done its earlier work, as
-  the fallback runs operators (:class:`InPlaceKernel`). Buffers come from the device's caching allocator; operators
-  Inductor does not generate (matmuls and other extern kernels) run as device operators,
-  through the bridge's fallback, which orders them after pending launches.
+  ``TORCH_HAL_COMPILE_LAUNCH=stream`` asks for; by default such a device's kernel is bound as
+  for the CPU and runs on the calling thread once the current stream has done its earlier work,
+  as the fallback runs operators (:class:`InPlaceKernel`). Buffers come from the device's
+  caching allocator; operators Inductor does not generate (matmuls and other extern kernels)
+  run as device operators, through the bridge's fallback, which orders them after pending
+  launches.
 * Inductor, on devices that load cubin (or PTX) and are not host-addressable (the cuda
   backend): Inductor's own Triton scheduling; each Triton kernel is compiled for the device's
   compute capability, loaded with ``hal_program_create`` and launched with
