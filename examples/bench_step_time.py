@@ -28,8 +28,8 @@ registered (TORCH_HAL_KINETO_PROFILER=0): what a registered, idle profiler costs
 torch.compile: the cpu backend's step once more with the model compiled (torch.compile(model),
 no backend argument: Inductor's C++ kernels run in place on the device's host-addressable
 memory, and Inductor on plain CPU tensors), so four variants are compared in one run: plain CPU
-eager, plain CPU compiled, hal eager, hal compiled. Targets: hal compiled <= 1.05x plain CPU compiled,
-and hal compiled faster than plain CPU eager (--skip-compile leaves them out); and the Trainium
+eager, plain CPU compiled, hal eager, hal compiled. Targets: hal compiled <= 1.05x plain CPU
+compiled, and hal compiled faster than plain CPU eager (--skip-compile leaves them out); and the Trainium
 backend's step compiled (graphs lowered to StableHLO programs) against plain CPU compiled in the
 same process (target <= 1.30x), with the first (compiling) step, the share of aten nodes run as
 device programs and the bytes eager operators staged per step; that worker runs with empty
