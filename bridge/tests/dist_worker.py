@@ -437,7 +437,8 @@ def profiled_collectives():
     """torch.profiler records the process group's collectives as it records NCCL's: a
     record_param_comms op per call with the collective's name, element counts, dtype, group
     and size, in key_averages() and in the exported Chrome trace, and a kernel row on the
-    device's communication stream linked to it."""
+    device's communication stream linked to it, carrying the same fields, the group's global
+    ranks and, for a send or receive, its peer."""
     import json
     import tempfile
 
@@ -446,11 +447,17 @@ def profiled_collectives():
     device = setup()
     x = torch.ones(1000, device=device)
     gathered = torch.empty(1000 * WORLD, device=device)
+    message = torch.full((16,), float(RANK), device=device)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
         dist.all_reduce(x)
         dist.all_gather_into_tensor(gathered, x)
+        if RANK == 0:
+            dist.send(message, 1)
+        elif RANK == 1:
+            dist.recv(message, 0)
         torch.accelerator.synchronize()
     assert x.cpu().eq(WORLD).all()
+    assert message.cpu().eq(0).all()
     names = {e.key for e in prof.key_averages()}
     assert "record_param_comms" in names, sorted(names)
     with tempfile.TemporaryDirectory() as tmp:
@@ -474,6 +481,18 @@ def profiled_collectives():
     allreduce_row = rows["hal_allreduce"]
     assert allreduce_row["args"]["bytes"] == 4000 and allreduce_row["pid"] == device.index
     assert allreduce_row["args"]["External id"] in comm_ids, allreduce_row
+    row = allreduce_row["args"]
+    assert row["Collective name"] == "allreduce" and row["dtype"] == "Float", row
+    assert row["In msg nelems"] == 1000 and row["Out msg nelems"] == 1000, row
+    assert row["Group size"] == WORLD and row["Rank"] == RANK, row
+    assert row["Process Group Ranks"] == str(list(range(WORLD))), row
+    assert row["Process Group Name"] == allreduce["Process Group Name"], (row, allreduce)
+    assert "Peer rank" not in row, row
+    assert rows["hal_all_gather_into_tensor"]["args"]["Out msg nelems"] == 1000 * WORLD
+    if RANK in (0, 1):
+        p2p = rows["hal_send" if RANK == 0 else "hal_recv"]["args"]
+        assert p2p["Peer rank"] == 1 - RANK and p2p["In msg nelems" if RANK == 0
+                                                    else "Out msg nelems"] == 16, p2p
     ok("profiled_collectives")
     close()
 

@@ -31,6 +31,10 @@ ProcessGroupHAL::ProcessGroupHAL(c10::intrusive_ptr<c10d::Store> store, int rank
     TORCH_CHECK(isBackendOpen(), "torch_hal process group: no HAL backend is open");
     // As NCCL's process group computes them (0 and 1 for the default group).
     c10d::getGlobalRankStartAndStride(global_ranks, global_rank_start_, global_rank_stride_);
+    for (int r = 0; r < size; ++r)
+        global_ranks_.push_back(static_cast<size_t>(r) < global_ranks.size()
+                                    ? static_cast<int64_t>(global_ranks[static_cast<size_t>(r)])
+                                    : r);
     init();
 }
 
@@ -75,10 +79,35 @@ void ProcessGroupHAL::keep(const at::Tensor &t)
         coalescing_.temporaries.push_back(t);
 }
 
+// A collective's device row for torch.profiler: what record_param_comms says of it, and the
+// global rank of a send's or receive's peer.
+std::shared_ptr<const CollectiveDescription>
+ProcessGroupHAL::describeCollective(const char *what, at::ScalarType dtype, int64_t in_elems,
+                                    int64_t out_elems, int peer) const
+{
+    auto c = std::make_shared<CollectiveDescription>();
+    c->name = what;
+    c->dtype = c10::toString(dtype);
+    c->in_elements = in_elems;
+    c->out_elements = out_elems;
+    c->group_name = getGroupUid();
+    c->group_desc = getGroupDesc();
+    c->group_ranks = "[";
+    for (size_t i = 0; i < global_ranks_.size(); ++i)
+        c->group_ranks += (i ? ", " : "") + std::to_string(global_ranks_[i]);
+    c->group_ranks += "]";
+    c->group_size = size_;
+    c->rank = rank_;
+    if (peer >= 0 && static_cast<size_t>(peer) < global_ranks_.size())
+        c->peer = global_ranks_[static_cast<size_t>(peer)];
+    return c;
+}
+
 c10::intrusive_ptr<c10d::Work>
 ProcessGroupHAL::run(c10d::OpType type, const char *what, c10::Device device,
                      const std::vector<at::Tensor> &inputs, const std::vector<at::Tensor> &outputs,
-                     std::chrono::milliseconds timeout, const Enqueue &enqueue, const After &after)
+                     std::chrono::milliseconds timeout, const Enqueue &enqueue, const After &after,
+                     int peer)
 {
     std::lock_guard<std::recursive_mutex> lock(mutex_);
     // torch.profiler sees the call as it sees NCCL's (a record_param_comms op: collective,
@@ -139,6 +168,8 @@ ProcessGroupHAL::run(c10d::OpType type, const char *what, c10::Device device,
                                 in_elems * static_cast<int64_t>(c10::elementSize(dtype)),
                                 coalesced ? "collective (coalesced: enqueued at the group's end)"
                                           : "collective");
+        if (!row.empty())
+            activity.describe(describeCollective(what, dtype, in_elems, out_elems, peer));
         enqueue(comm->comm, comm->hal_stream);
         activity.end();
         if (coalesced) {

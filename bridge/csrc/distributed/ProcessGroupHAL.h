@@ -46,6 +46,7 @@ namespace torch_hal
 constexpr const char *kProcessGroupBackendName = "torch_hal";
 
 struct CommState;
+struct CollectiveDescription; // runtime/DeviceActivity.h
 
 // The end of one enqueued collective (or of one coalesced group): the event recorded on the
 // communication stream after it, or the error that kept it from being enqueued.
@@ -182,7 +183,10 @@ class ProcessGroupHAL : public c10d::Backend
                                        const std::vector<at::Tensor> &inputs,
                                        const std::vector<at::Tensor> &outputs,
                                        std::chrono::milliseconds timeout, const Enqueue &enqueue,
-                                       const After &after = nullptr);
+                                       const After &after = nullptr, int peer = -1);
+    std::shared_ptr<const CollectiveDescription>
+    describeCollective(const char *what, at::ScalarType dtype, int64_t in_elems, int64_t out_elems,
+                       int peer) const;
     std::shared_ptr<CommState> ensureComm(c10::DeviceIndex device);
     // Keeps a temporary of an enqueue function alive until its collective is enqueued (the end
     // of a coalesced group); outside coalescing the collective is enqueued already.
@@ -194,6 +198,7 @@ class ProcessGroupHAL : public c10d::Backend
     std::string group_name_;
     int global_rank_start_ = 0;          // record_param_comms: the group's first global rank
     int global_rank_stride_ = 1;         // and the stride between them (-1: not evenly spaced)
+    std::vector<int64_t> global_ranks_;  // the group's ranks in the default group, by group rank
     int64_t profiled_seq_ = 0;           // collectives issued, as torch.profiler numbers them
     mutable std::recursive_mutex mutex_; // one thread at a time in the communicator
     std::shared_ptr<CommState> comm_;

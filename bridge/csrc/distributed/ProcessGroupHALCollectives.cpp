@@ -522,11 +522,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHAL::send(std::vector<at::Tensor> &te
     TORCH_CHECK_VALUE(dst_rank >= 0 && dst_rank < size_,
                       "torch_hal process group: invalid destination rank ", dst_rank);
     const at::Tensor &t = tensors[0];
-    return run(c10d::OpType::SEND, "send", t.device(), tensors, {}, c10d::kUnsetTimeout,
-               [&](hal_comm_t comm, hal_stream_t stream) {
-                   Payload p = movePayload(t);
-                   checkComm(hal_send(p.ptr, p.count, p.dtype, dst_rank, comm, stream), "hal_send");
-               });
+    return run(
+        c10d::OpType::SEND, "send", t.device(), tensors, {}, c10d::kUnsetTimeout,
+        [&](hal_comm_t comm, hal_stream_t stream) {
+            Payload p = movePayload(t);
+            checkComm(hal_send(p.ptr, p.count, p.dtype, dst_rank, comm, stream), "hal_send");
+        },
+        nullptr, dst_rank);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHAL::recv(std::vector<at::Tensor> &tensors, int src_rank,
@@ -537,11 +539,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHAL::recv(std::vector<at::Tensor> &te
     TORCH_CHECK_VALUE(src_rank >= 0 && src_rank < size_,
                       "torch_hal process group: invalid source rank ", src_rank);
     const at::Tensor &t = tensors[0];
-    return run(c10d::OpType::RECV, "recv", t.device(), {}, tensors, c10d::kUnsetTimeout,
-               [&](hal_comm_t comm, hal_stream_t stream) {
-                   Payload p = movePayload(t);
-                   checkComm(hal_recv(p.ptr, p.count, p.dtype, src_rank, comm, stream), "hal_recv");
-               });
+    return run(
+        c10d::OpType::RECV, "recv", t.device(), {}, tensors, c10d::kUnsetTimeout,
+        [&](hal_comm_t comm, hal_stream_t stream) {
+            Payload p = movePayload(t);
+            checkComm(hal_recv(p.ptr, p.count, p.dtype, src_rank, comm, stream), "hal_recv");
+        },
+        nullptr, src_rank);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHAL::recvAnysource(std::vector<at::Tensor> & /*tensors*/,

@@ -9,6 +9,8 @@
 #include <c10/core/Stream.h>
 
 #include <cstdint>
+#include <memory>
+#include <string>
 
 #include "runtime/Runtime.h"
 
@@ -49,6 +51,22 @@ struct DeviceActivity {
 // recording. Thread safety: safe.
 void recordDeviceActivity(const DeviceActivity &activity);
 
+// What a collective's device row says of it: the fields NCCL's process group gives its
+// record_param_comms operator, under the same names in the trace (so that tools reading those
+// find them on the device row too), and the peer of a send or receive.
+struct CollectiveDescription {
+    std::string name;         // "Collective name": the c10d operation ("allreduce")
+    std::string dtype;        // "dtype": PyTorch's name of the element type ("Float")
+    int64_t in_elements = 0;  // "In msg nelems"
+    int64_t out_elements = 0; // "Out msg nelems"
+    std::string group_name;   // "Process Group Name"
+    std::string group_desc;   // "Process Group Description"
+    std::string group_ranks;  // "Process Group Ranks": the group's global ranks, "[0, 1]"
+    int64_t group_size = 0;   // "Group size"
+    int64_t rank = -1;        // "Rank": this process's rank in the group
+    int64_t peer = -1;        // "Peer rank": a send's or receive's peer (global rank), or -1
+};
+
 // An activity enqueued on a stream (a HAL program launch, a copy), timed by HAL timing events
 // on it: constructed before enqueuing, end() after; its runtime row is the HAL call. The device's
 // times are read when the session stops. Does nothing unless recording, or where the device has no
@@ -58,6 +76,8 @@ class StreamActivity
   public:
     StreamActivity(DeviceActivityKind kind, const char *name, const c10::Stream &stream,
                    int64_t bytes = 0, const char *detail = nullptr);
+    // A collective's row: what it carries beyond its bytes (before end()).
+    void describe(std::shared_ptr<const CollectiveDescription> collective);
     void end();
     ~StreamActivity();
     StreamActivity(const StreamActivity &) = delete;
@@ -71,6 +91,7 @@ class StreamActivity
     const char *detail_;
     int64_t host_start_ = 0;
     hal_event_t start_ = nullptr;
+    std::shared_ptr<const CollectiveDescription> collective_;
 };
 
 } // namespace torch_hal

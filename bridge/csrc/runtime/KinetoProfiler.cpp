@@ -81,6 +81,7 @@ struct Record {
     int32_t thread;
     hal_event_t start_event = nullptr; // stream-timed activities; null otherwise
     hal_event_t end_event = nullptr;
+    std::shared_ptr<const CollectiveDescription> collective = nullptr; // collectives' rows
 };
 
 std::vector<Record> g_records;
@@ -182,6 +183,19 @@ std::vector<Record> stopRecording()
     return records;
 }
 
+// A value for addMetadataQuoted, which writes it between quotes as it is.
+std::string jsonString(const std::string &value)
+{
+    std::string out;
+    for (char ch : value) {
+        if (ch == '"' || ch == '\\')
+            out += '\\';
+        if (static_cast<unsigned char>(ch) >= 0x20)
+            out += ch;
+    }
+    return out;
+}
+
 ActivityType activityType(DeviceActivityKind kind)
 {
     switch (kind) {
@@ -281,6 +295,19 @@ class HalProfilerSession final : public libkineto::IActivityProfilerSession
                     r.kind == DeviceActivityKind::Memcpy ? HAL_ACTIVITY_ARG_DIRECTION : "execution",
                     r.detail);
             act.addMetadataQuoted(HAL_ACTIVITY_ARG_BACKEND, backendName());
+            if (const CollectiveDescription *c = r.collective.get()) {
+                act.addMetadataQuoted("Collective name", jsonString(c->name));
+                act.addMetadataQuoted("dtype", jsonString(c->dtype));
+                act.addMetadata("In msg nelems", c->in_elements);
+                act.addMetadata("Out msg nelems", c->out_elements);
+                act.addMetadataQuoted("Process Group Name", jsonString(c->group_name));
+                act.addMetadataQuoted("Process Group Description", jsonString(c->group_desc));
+                act.addMetadataQuoted("Process Group Ranks", jsonString(c->group_ranks));
+                act.addMetadata("Group size", c->group_size);
+                act.addMetadata("Rank", c->rank);
+                if (c->peer >= 0)
+                    act.addMetadata("Peer rank", c->peer);
+            }
             act.log(logger);
             streams_.insert({ r.device, r.stream });
             devices_.insert(r.device);
@@ -410,6 +437,12 @@ StreamActivity::StreamActivity(DeviceActivityKind kind, const char *name, const 
         destroyEvent(start_);
 }
 
+void StreamActivity::describe(std::shared_ptr<const CollectiveDescription> collective)
+{
+    if (host_start_ != 0)
+        collective_ = std::move(collective);
+}
+
 void StreamActivity::end()
 {
     if (host_start_ == 0)
@@ -429,6 +462,7 @@ void StreamActivity::end()
                             host_end, bytes_, detail_ });
     r.start_event = start_;
     r.end_event = end_event;
+    r.collective = std::move(collective_);
     start_ = nullptr;
     host_start_ = 0;
     std::lock_guard<std::mutex> lock(g_mutex);
