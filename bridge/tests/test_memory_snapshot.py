@@ -74,6 +74,40 @@ def test_the_trace_records_allocations_and_frees_with_their_stacks(device, histo
         "test_memory_snapshot.py")
 
 
+def test_the_trace_records_segments_and_out_of_memory(device, devmod, history):
+    """Segments the allocator maps and releases are "segment_alloc" / "segment_free" actions
+    (the first before the allocation that needed it), and an allocation that fails for want
+    of memory is an "oom" with the bytes asked for and the device's free bytes, as
+    torch.cuda.memory._snapshot() reports CUDA's; segments there before the recording started
+    are not reported as new."""
+    devmod.empty_cache()  # no cached segments of earlier tests: only what this test frees
+    old = _allocate_on(device, 40 * MIB)  # its segment predates the history of this test
+    devmod.memory._record_memory_history(enabled=None)
+    devmod.memory._record_memory_history(stacks="python")
+    x = _allocate_on(device, 48 * MIB + 5)
+    address = x.data_ptr()
+    del x, old
+    devmod.empty_cache()
+    with pytest.raises(torch.OutOfMemoryError, match="hal_allocator_alloc"):
+        _allocate_on(device, 1 << 60)
+    trace = devmod.memory._snapshot()["device_traces"][device.index]
+    segments = [e for e in trace if e["action"].startswith("segment_")]
+    mapped = [e for e in segments if e["action"] == "segment_alloc"]
+    assert len(mapped) == 1, segments
+    segment = mapped[0]
+    assert segment["addr"] <= address < segment["addr"] + segment["size"], (segment, address)
+    actions = [e["action"] for e in trace]
+    alloc = next(i for i, e in enumerate(trace) if e["action"] == "alloc" and e["addr"] == address)
+    assert actions.index("segment_alloc") < alloc
+    released = [e for e in segments if e["action"] == "segment_free"]
+    assert {e["addr"] for e in released} >= {segment["addr"]}, segments
+    assert len(released) == 2  # the new segment and the one from before the recording
+    (oom,) = [e for e in trace if e["action"] == "oom"]
+    assert oom["size"] == 1 << 60 and oom["device_free"] > 0 and "addr" not in oom
+    text = _memory_viz.trace(devmod.memory._snapshot())
+    assert "OutOfMemoryError" in text
+
+
 def test_memory_viz_reads_the_snapshot(device, history, tmp_path):
     keep = _allocate_on(device, 3 * MIB)
     gone = _allocate_on(device, MIB)

@@ -138,7 +138,9 @@ py::dict snapshot()
         for (const MemoryTraceEntry &entry : memoryTrace(device)) {
             py::dict e;
             e["action"] = entry.action;
-            e["addr"] = static_cast<uint64_t>(entry.address);
+            // An "oom" keeps the device's free bytes where the others keep an address.
+            const bool oom = std::string(entry.action) == "oom";
+            e[oom ? "device_free" : "addr"] = static_cast<uint64_t>(entry.address);
             e["size"] = static_cast<uint64_t>(entry.size);
             e["stream"] = static_cast<uint64_t>(entry.stream);
             e["time_us"] = entry.time_us;
@@ -191,6 +193,11 @@ void recordHistory(std::optional<std::string> enabled, std::optional<std::string
     if (settings.enabled && settings.stacks_of_state)
         torch::installCapturedTracebackPython(); // Python frames in the gathered stacks
     setMemoryHistory(settings);
+    // The segments there are now: the later segment_alloc / segment_free actions are changes.
+    if (settings.enabled)
+        for (c10::DeviceIndex i = 0; i < deviceCount(); ++i)
+            if (ownsDevice(i))
+                recordDeviceSegments(i, /*note_only=*/true);
 }
 
 } // namespace

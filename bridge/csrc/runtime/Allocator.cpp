@@ -10,6 +10,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 namespace torch_hal
@@ -198,8 +199,11 @@ class HalDeviceAllocator final : public c10::DeviceAllocator
     void emptyCache(c10::MempoolId_t /*mempool_id*/) override
     {
         for (c10::DeviceIndex i = 0; i < deviceCount(); ++i)
-            if (hal_allocator_t a = g_device_allocators->existing(i))
+            if (hal_allocator_t a = g_device_allocators->existing(i)) {
                 TORCH_HAL_CHECK(hal_allocator_empty_cache(a));
+                if (memoryHistoryRecording())
+                    recordDeviceSegments(i);
+            }
     }
 
     void recordStream(const c10::DataPtr &ptr, c10::Stream stream) override
@@ -423,6 +427,29 @@ c10::DeviceAllocator *deviceAllocator()
     return g_device_allocator;
 }
 
+// The memory history's view of an allocation: the segments it made or released (the
+// allocator frees cached segments and retries before it fails), then the allocation itself or,
+// when it failed for want of memory, an "oom" with the device's free bytes.
+void recordAllocationHistory(c10::DeviceIndex index, hal_allocator_t a, size_t n,
+                             hal_stream_t stream, const hal_allocator_stats_t &before,
+                             hal_status_t status, void *ptr)
+{
+    const auto at = reinterpret_cast<uintptr_t>(stream);
+    hal_allocator_stats_t after = allocatorStats(a);
+    if (after.segment_alloc_count != before.segment_alloc_count ||
+        after.segment_free_count != before.segment_free_count)
+        recordDeviceSegments(index);
+    if (status == HAL_OK) {
+        recordMemoryAllocation(index, ptr, n, at);
+    } else if (status == HAL_ERROR_OUT_OF_DEVICE_MEMORY) {
+        auto stats = halStruct<hal_mem_stats_t>();
+        size_t device_free = 0;
+        if (hal_device_get_mem_stats(halDevice(index), &stats) == HAL_OK)
+            device_free = static_cast<size_t>(stats.device_bytes_free);
+        recordMemoryOom(index, n, device_free, at);
+    }
+}
+
 c10::DataPtr allocateDeviceMemory(c10::DeviceIndex index, size_t n, c10::Device report_device)
 {
     deviceAllocator();
@@ -430,13 +457,45 @@ c10::DataPtr allocateDeviceMemory(c10::DeviceIndex index, size_t n, c10::Device 
     if (n > 0) {
         hal_allocator_t a = g_device_allocators->get(index);
         hal_stream_t stream = currentHalStream(index);
-        TORCH_HAL_CHECK(hal_allocator_alloc(a, n, stream, &ptr));
+        if (!memoryHistoryRecording()) { // a relaxed atomic load while nothing records
+            TORCH_HAL_CHECK(hal_allocator_alloc(a, n, stream, &ptr));
+        } else {
+            const hal_allocator_stats_t before = allocatorStats(a);
+            hal_status_t st = hal_allocator_alloc(a, n, stream, &ptr);
+            // The failure's message first: recording makes HAL calls of its own.
+            const std::string failure =
+                st == HAL_OK ? "" : halErrorMessage(st, "hal_allocator_alloc(a, n, stream, &ptr)");
+            recordAllocationHistory(index, a, n, stream, before, st, ptr);
+            if (st == HAL_ERROR_OUT_OF_DEVICE_MEMORY)
+                TORCH_CHECK_WITH(OutOfMemoryError, false, failure);
+            TORCH_CHECK(st == HAL_OK, failure);
+        }
         if (c10::memoryProfilingEnabled()) // a thread-local check while nothing records
             reportToProfiler(a, ptr, static_cast<int64_t>(n), index);
-        if (memoryHistoryRecording()) // a relaxed atomic load while nothing records
-            recordMemoryAllocation(index, ptr, n, reinterpret_cast<uintptr_t>(stream));
     }
     return { ptr, ptr, &freeDeviceBlock, report_device };
+}
+
+void recordDeviceSegments(c10::DeviceIndex index, bool note_only)
+{
+    hal_allocator_t a = existingDeviceAllocator(index);
+    if (a == nullptr || !memoryHistoryRecording())
+        return;
+    std::vector<hal_allocator_block_info_t> blocks;
+    TORCH_HAL_CHECK(hal_allocator_snapshot(
+        a,
+        [](const hal_allocator_block_info_t *info, void *user) {
+            static_cast<std::vector<hal_allocator_block_info_t> *>(user)->push_back(*info);
+        },
+        &blocks));
+    std::vector<MemorySegment> segments;
+    for (const hal_allocator_block_info_t &b : blocks)
+        if (segments.empty() ||
+            segments.back().address != reinterpret_cast<uintptr_t>(b.segment_address))
+            segments.push_back({ reinterpret_cast<uintptr_t>(b.segment_address),
+                                 static_cast<size_t>(b.segment_size),
+                                 reinterpret_cast<uintptr_t>(b.stream) });
+    recordMemorySegments(index, segments, note_only);
 }
 
 hal_allocator_t existingDeviceAllocator(c10::DeviceIndex index) noexcept

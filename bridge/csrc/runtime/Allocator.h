@@ -26,6 +26,12 @@ c10::DataPtr allocateDeviceMemory(c10::DeviceIndex index, size_t n, c10::Device 
 // The HAL allocator of device `index` if anything was allocated there, else nullptr.
 hal_allocator_t existingDeviceAllocator(c10::DeviceIndex index) noexcept;
 
+// The memory history (MemoryHistory.h): the device allocator's segments of device `index` as
+// they are now, noted (note_only, when the recording starts) or compared with the last ones
+// (segment_alloc / segment_free). Does nothing unless recording, or where nothing was
+// allocated on the device. Thread safety: safe.
+void recordDeviceSegments(c10::DeviceIndex index, bool note_only = false);
+
 // Whether a DataPtr owns a block of the device allocator (whatever device it reports).
 bool isDeviceBlock(const c10::DataPtr &data_ptr);
 

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <unordered_map>
 
@@ -24,6 +25,8 @@ struct LiveBlock {
     std::shared_ptr<c10::GatheredContext> context;
 };
 std::unordered_map<uintptr_t, LiveBlock> g_live; // guarded by g_mutex
+// The allocator's segments per device, as last seen while recording (address -> size).
+std::unordered_map<c10::DeviceIndex, std::map<uintptr_t, MemorySegment>> g_segments; // g_mutex
 
 int64_t nowMicroseconds()
 {
@@ -53,9 +56,10 @@ void setMemoryHistory(const MemoryHistorySettings &settings)
     g_settings = settings;
     if (!settings.enabled || !settings.record_trace)
         g_traces.clear();
-    if (!settings.enabled)
+    if (!settings.enabled) {
         g_live.clear();
-    else if (!settings.stacks_of_state)
+        g_segments.clear();
+    } else if (!settings.stacks_of_state)
         for (auto &[address, block] : g_live) {
             (void)address;
             block.context = nullptr;
@@ -120,6 +124,39 @@ void recordMemoryFree(c10::DeviceIndex index, void *address, size_t size)
     // streams are held back inside it): the free is requested and completed together.
     append(index, { "free_requested", at, size, stream, now, context });
     append(index, { "free_completed", at, size, stream, now, context });
+}
+
+void recordMemorySegments(c10::DeviceIndex index, const std::vector<MemorySegment> &segments,
+                          bool note_only)
+{
+    std::lock_guard<std::mutex> lock(g_mutex);
+    if (!g_settings.enabled)
+        return;
+    std::map<uintptr_t, MemorySegment> now;
+    for (const MemorySegment &s : segments)
+        now[s.address] = s;
+    std::map<uintptr_t, MemorySegment> &known = g_segments[index];
+    if (!note_only && g_settings.record_trace) {
+        const int64_t at = nowMicroseconds();
+        auto in = [](const std::map<uintptr_t, MemorySegment> &set, const MemorySegment &s) {
+            auto it = set.find(s.address);
+            return it != set.end() && it->second.size == s.size;
+        };
+        for (const auto &[address, s] : known)
+            if (!in(now, s))
+                append(index, { "segment_free", address, s.size, s.stream, at, nullptr });
+        for (const auto &[address, s] : now)
+            if (!in(known, s))
+                append(index, { "segment_alloc", address, s.size, s.stream, at, nullptr });
+    }
+    known = std::move(now);
+}
+
+void recordMemoryOom(c10::DeviceIndex index, size_t size, size_t device_free, uintptr_t stream)
+{
+    std::lock_guard<std::mutex> lock(g_mutex);
+    if (g_settings.enabled && g_settings.record_trace)
+        append(index, { "oom", device_free, size, stream, nowMicroseconds(), nullptr });
 }
 
 std::vector<MemoryTraceEntry> memoryTrace(c10::DeviceIndex index)

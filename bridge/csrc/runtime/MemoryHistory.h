@@ -30,11 +30,12 @@ struct MemoryHistorySettings {
 
 // An action of the list (the keys of torch.cuda.memory._snapshot()'s device_traces).
 struct MemoryTraceEntry {
-    const char *action; // "alloc", "free_requested", "free_completed"
-    uintptr_t address;
-    size_t size;                                   // bytes asked for
-    uintptr_t stream;                              // the hal_stream_t it was allocated for
-    int64_t time_us;                               // wall clock, microseconds since the epoch
+    // "alloc", "free_requested", "free_completed", "segment_alloc", "segment_free", "oom"
+    const char *action;
+    uintptr_t address; // "oom": the device's free bytes, as torch.cuda keeps them
+    size_t size;       // bytes asked for
+    uintptr_t stream;  // the hal_stream_t it was allocated for
+    int64_t time_us;   // wall clock, microseconds since the epoch
     std::shared_ptr<c10::GatheredContext> context; // the stack, or null
 };
 
@@ -50,6 +51,24 @@ bool memoryHistoryRecording() noexcept;
 // memoryHistoryRecording(). Thread safety: safe.
 void recordMemoryAllocation(c10::DeviceIndex index, void *address, size_t size, uintptr_t stream);
 void recordMemoryFree(c10::DeviceIndex index, void *address, size_t size);
+
+// A segment of the device allocator: its address, size and stream (a hal_stream_t).
+struct MemorySegment {
+    uintptr_t address;
+    size_t size;
+    uintptr_t stream;
+};
+
+// The device allocator's segments of device `index` now: records a "segment_alloc" for each
+// segment that appeared since the last call and a "segment_free" for each that went; with
+// note_only, only notes them (when the recording starts). Call only while
+// memoryHistoryRecording(). Thread safety: safe.
+void recordMemorySegments(c10::DeviceIndex index, const std::vector<MemorySegment> &segments,
+                          bool note_only = false);
+
+// Records that an allocation of `size` bytes for `stream` failed with `device_free` bytes free
+// on the device ("oom"). Call only while memoryHistoryRecording(). Thread safety: safe.
+void recordMemoryOom(c10::DeviceIndex index, size_t size, size_t device_free, uintptr_t stream);
 
 // The list of device `index`, oldest first (empty when not recording everything).
 std::vector<MemoryTraceEntry> memoryTrace(c10::DeviceIndex index);
