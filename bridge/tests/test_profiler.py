@@ -63,12 +63,19 @@ def _trace(prof, tmp_path):
     return json.loads(path.read_text())["traceEvents"]
 
 
+# Runtime rows with no device row: linked to the CPU operator that issued them where one did
+# (a Python-level event.record() runs outside any operator).
+SYNC_CALLS = ("hal_event_record", "hal_stream_wait_event")
+
+
 def _check_links(events):
     """Every device row is linked to a CPU operator, every flow is paired."""
     cpu_ops = {e["args"]["External id"] for e in events if e.get("cat") == "cpu_op"}
     device = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
     assert device
     for e in device + [e for e in events if e.get("cat") == "privateuse1_runtime"]:
+        if e["name"] in SYNC_CALLS and "External id" not in e["args"]:
+            continue
         assert e["args"]["External id"] in cpu_ops, e
     starts = {e["id"] for e in events if e.get("ph") == "s" and e.get("cat") == "ac2g"}
     finishes = [e["id"] for e in events if e.get("ph") == "f" and e.get("cat") == "ac2g"]
@@ -255,3 +262,34 @@ def test_hal_trace_and_profiler_agree(device_type, tmp_path):
                     key=lambda e: e["ts"])
     assert profiled, sorted({(e.get("cat"), e.get("name")) for e in events})
     assert [described(e) for e in traced] == [described(e) for e in profiled]
+
+
+def test_event_records_and_waits_are_runtime_rows(device, devmod, tmp_path):
+    """Recording an event and making a stream wait for it are runtime rows of the calling
+    thread (as CUDA's cudaEventRecord and cudaStreamWaitEvent are), with their device and
+    stream, linked to the CPU operator around them where there is one (not here: Python calls
+    them); they have no device row and no flow."""
+    side = devmod.Stream()
+    x = torch.ones(1024, device=device)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
+        with torch.profiler.record_function("sync_work"):
+            done = devmod.Event()
+            done.record()
+            side.wait_event(done)
+            with devmod.stream(side):
+                y = x * 2
+            devmod.current_stream().wait_stream(side)
+        torch.accelerator.synchronize()
+    assert torch.equal(y.cpu(), torch.full((1024,), 2.0))
+    events = _trace(prof, tmp_path)
+    _check_links(events)
+    runtime = [e for e in events if e.get("cat") == "privateuse1_runtime"]
+    records = [e for e in runtime if e["name"] == SYNC_CALLS[0]]
+    waits = [e for e in runtime if e["name"] == SYNC_CALLS[1]]
+    assert len(records) >= 2 and len(waits) >= 2, sorted({e["name"] for e in runtime})
+    assert {e["args"]["stream"] for e in waits} >= {side.stream_id}
+    assert all(e["args"]["device"] == device.index for e in records + waits)
+    device_rows = {e["name"] for e in events if e.get("cat") in ("kernel", "gpu_memcpy")}
+    assert not device_rows & set(SYNC_CALLS)
+    flows = {e["id"] for e in events if e.get("cat") == "ac2g"}
+    assert not {e["args"]["correlation"] for e in records + waits} & flows

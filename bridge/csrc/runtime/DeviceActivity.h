@@ -21,6 +21,7 @@ enum class DeviceActivityKind {
     Kernel, // an operator or program on the device
     Memcpy, // a copy touching device memory
     Memset,
+    Sync, // an event record or a stream's wait: its runtime row only, as CUDA's are
 };
 
 // Whether a profiler session records the device's activity: one relaxed atomic load, so that
@@ -66,6 +67,13 @@ struct CollectiveDescription {
     int64_t rank = -1;        // "Rank": this process's rank in the group
     int64_t peer = -1;        // "Peer rank": a send's or receive's peer (global rank), or -1
 };
+
+// Records an event record or a stream's wait on an event (`call`: "hal_event_record",
+// "hal_stream_wait_event") issued by the calling thread's current CPU operator, as a runtime row
+// with the stream, between start_ns and end_ns (deviceActivityNow). Ignored unless recording.
+// Thread safety: safe.
+void recordStreamSync(const char *call, const c10::Stream &stream, int64_t start_ns,
+                      int64_t end_ns);
 
 // An activity enqueued on a stream (a HAL program launch, a copy), timed by HAL timing events
 // on it: constructed before enqueuing, end() after; its runtime row is the HAL call. The device's

@@ -5,6 +5,7 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include "runtime/Allocator.h"
+#include "runtime/DeviceActivity.h"
 #include "runtime/Register.h"
 #include "runtime/Runtime.h"
 
@@ -117,14 +118,20 @@ struct HalGuardImpl final : public c10::impl::DeviceGuardImplInterface {
             TORCH_HAL_CHECK(hal_event_create(halDevice(index), flags, &ev));
             *event = ev;
         }
+        const int64_t start = deviceActivityRecording() ? deviceActivityNow() : 0;
         TORCH_HAL_CHECK(hal_event_record(ev, halStream(stream)));
+        if (start != 0) // torch.profiler: a runtime row, as CUDA's cudaEventRecord
+            recordStreamSync("hal_event_record", stream, start, deviceActivityNow());
     }
 
     void block(void *event, const c10::Stream &stream) const override
     {
         if (event == nullptr)
             return;
+        const int64_t start = deviceActivityRecording() ? deviceActivityNow() : 0;
         TORCH_HAL_CHECK(hal_stream_wait_event(halStream(stream), asEvent(event)));
+        if (start != 0) // torch.profiler: a runtime row, as CUDA's cudaStreamWaitEvent
+            recordStreamSync("hal_stream_wait_event", stream, start, deviceActivityNow());
     }
 
     bool queryEvent(void *event) const override

@@ -169,13 +169,19 @@ std::vector<Record> stopRecording()
         destroyEvent(r.event);
     // A stream runs one thing at a time; what the conversion of event times to the host clock
     // (its error: microseconds) would make overlap is moved to start where the earlier ended.
+    // Event records and waits (host calls only) stay as they were, after the stream's rows.
     std::stable_sort(records.begin(), records.end(), [](const Record &a, const Record &b) {
-        return std::tie(a.device, a.stream, a.start_ns) < std::tie(b.device, b.stream, b.start_ns);
+        const bool a_sync = a.kind == DeviceActivityKind::Sync;
+        const bool b_sync = b.kind == DeviceActivityKind::Sync;
+        return std::tie(a.device, a.stream, a_sync, a.start_ns) <
+               std::tie(b.device, b.stream, b_sync, b.start_ns);
     });
     for (size_t i = 1; i < records.size(); ++i) {
         const Record &prev = records[i - 1];
         Record &r = records[i];
-        if (r.device == prev.device && r.stream == prev.stream && r.start_ns < prev.end_ns) {
+        if (r.device == prev.device && r.stream == prev.stream &&
+            r.kind != DeviceActivityKind::Sync && prev.kind != DeviceActivityKind::Sync &&
+            r.start_ns < prev.end_ns) {
             r.start_ns = prev.end_ns;
             r.end_ns = std::max(r.end_ns, r.start_ns);
         }
@@ -203,6 +209,8 @@ ActivityType activityType(DeviceActivityKind kind)
         return ActivityType::GPU_MEMCPY;
     case DeviceActivityKind::Memset:
         return ActivityType::GPU_MEMSET;
+    case DeviceActivityKind::Sync:
+        return ActivityType::PRIVATEUSE1_RUNTIME;
     case DeviceActivityKind::Kernel:
         break;
     }
@@ -264,12 +272,20 @@ class HalProfilerSession final : public libkineto::IActivityProfilerSession
                 call.resource = r.thread;
                 call.threadId = r.thread;
                 call.linked = cpu_op;
-                call.flow.id = static_cast<uint32_t>(r.correlation);
-                call.flow.type = libkineto::kLinkAsyncCpuGpu;
-                call.flow.start = 1;
+                if (r.kind != DeviceActivityKind::Sync) { // the ac2g arrow to the device row
+                    call.flow.id = static_cast<uint32_t>(r.correlation);
+                    call.flow.type = libkineto::kLinkAsyncCpuGpu;
+                    call.flow.start = 1;
+                }
                 call.addMetadata("correlation", r.correlation);
+                if (r.kind == DeviceActivityKind::Sync) { // no device row: what and where
+                    call.addMetadata(HAL_ACTIVITY_ARG_DEVICE, r.device);
+                    call.addMetadata(HAL_ACTIVITY_ARG_STREAM, r.stream);
+                }
                 call.log(logger);
             }
+            if (r.kind == DeviceActivityKind::Sync)
+                continue;
             buffer_->emplace_activity(buffer_->span, type, r.name);
             libkineto::GenericTraceActivity &act = *buffer_->activities.back();
             act.startTime = r.start_ns;
@@ -420,6 +436,12 @@ void recordDeviceActivity(const DeviceActivity &activity)
     std::lock_guard<std::mutex> lock(g_mutex);
     if (g_recording.load(std::memory_order_relaxed))
         g_records.push_back(std::move(r));
+}
+
+void recordStreamSync(const char *call, const c10::Stream &stream, int64_t start_ns, int64_t end_ns)
+{
+    recordDeviceActivity({ DeviceActivityKind::Sync, call, stream, start_ns, end_ns, call, start_ns,
+                           end_ns, 0, nullptr });
 }
 
 StreamActivity::StreamActivity(DeviceActivityKind kind, const char *name, const c10::Stream &stream,
