@@ -25,7 +25,7 @@ struct LiveBlock {
     std::shared_ptr<c10::GatheredContext> context;
 };
 std::unordered_map<uintptr_t, LiveBlock> g_live; // guarded by g_mutex
-// The allocator's segments per device, as last seen while recording (address -> size).
+// The allocator's segments per device, as last seen while recording, by address.
 std::unordered_map<c10::DeviceIndex, std::map<uintptr_t, MemorySegment>> g_segments; // g_mutex
 
 int64_t nowMicroseconds()
