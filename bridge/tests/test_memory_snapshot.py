@@ -76,16 +76,19 @@ def test_the_trace_records_allocations_and_frees_with_their_stacks(device, histo
 
 def test_the_trace_records_segments_and_out_of_memory(device, devmod, history):
     """Segments the allocator maps and releases are "segment_alloc" / "segment_free" actions
-    (the first before the allocation that needed it), and an allocation that fails for want
-    of memory is an "oom" with the bytes asked for and the device's free bytes, as
-    torch.cuda.memory._snapshot() reports CUDA's; segments there before the recording started
-    are not reported as new."""
+    (the first before the allocation that needed it, with its stack, which the segment keeps
+    in the snapshot), and an allocation that fails for want of memory is an "oom" with the
+    bytes asked for and the device's free bytes, as torch.cuda.memory._snapshot() reports
+    CUDA's; segments there before the recording started are not reported as new."""
     devmod.empty_cache()  # no cached segments of earlier tests: only what this test frees
     old = _allocate_on(device, 40 * MIB)  # its segment predates the history of this test
     devmod.memory._record_memory_history(enabled=None)
     devmod.memory._record_memory_history(stacks="python")
     x = _allocate_on(device, 48 * MIB + 5)
     address = x.data_ptr()
+    (holding,) = [s for s in devmod.memory._snapshot()["segments"] if s["device"] == device.index
+                  and s["address"] <= address < s["address"] + s["total_size"]]
+    assert holding["frames"] and holding["frames"][0]["name"] == "_allocate_on", holding
     del x, old
     devmod.empty_cache()
     with pytest.raises(torch.OutOfMemoryError, match="hal_allocator_alloc"):
@@ -96,6 +99,7 @@ def test_the_trace_records_segments_and_out_of_memory(device, devmod, history):
     assert len(mapped) == 1, segments
     segment = mapped[0]
     assert segment["addr"] <= address < segment["addr"] + segment["size"], (segment, address)
+    assert segment["addr"] == holding["address"] and segment["frames"][0]["name"] == "_allocate_on"
     actions = [e["action"] for e in trace]
     alloc = next(i for i, e in enumerate(trace) if e["action"] == "alloc" and e["addr"] == address)
     assert actions.index("segment_alloc") < alloc

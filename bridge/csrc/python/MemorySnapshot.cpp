@@ -83,7 +83,7 @@ class Frames
     std::vector<py::dict> dests_;
 };
 
-py::dict segmentOf(c10::DeviceIndex device, const hal_allocator_block_info_t &first)
+py::dict segmentOf(c10::DeviceIndex device, const hal_allocator_block_info_t &first, Frames &frames)
 {
     py::dict segment;
     segment["device"] = static_cast<int>(device);
@@ -93,7 +93,9 @@ py::dict segmentOf(c10::DeviceIndex device, const hal_allocator_block_info_t &fi
     segment["segment_type"] = first.small_segment ? "small" : "large";
     segment["segment_pool_id"] = py::make_tuple(0, 0);
     segment["is_expandable"] = false;
-    segment["frames"] = py::list(); // the HAL allocates segments without a stack
+    // The stack of the allocation that mapped it, where the history saw that happen.
+    frames.add(segment,
+               memorySegmentContext(device, reinterpret_cast<uintptr_t>(first.segment_address)));
     return segment;
 }
 
@@ -106,7 +108,7 @@ py::dict snapshot()
         if (hal_allocator_t a = existingDeviceAllocator(device))
             TORCH_HAL_CHECK(hal_allocator_snapshot(a, collectBlock, &blocks));
         for (size_t i = 0; i < blocks.size();) {
-            py::dict segment = segmentOf(device, blocks[i]);
+            py::dict segment = segmentOf(device, blocks[i], frames);
             py::list segment_blocks;
             uint64_t allocated = 0, active = 0, requested = 0;
             const void *base = blocks[i].segment_address;

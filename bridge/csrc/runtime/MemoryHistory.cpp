@@ -8,6 +8,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 
 namespace torch_hal
@@ -25,8 +26,28 @@ struct LiveBlock {
     std::shared_ptr<c10::GatheredContext> context;
 };
 std::unordered_map<uintptr_t, LiveBlock> g_live; // guarded by g_mutex
-// The allocator's segments per device, as last seen while recording, by address.
-std::unordered_map<c10::DeviceIndex, std::map<uintptr_t, MemorySegment>> g_segments; // g_mutex
+// The allocator's segments per device, as last seen while recording, by address, with the
+// stack of the allocation that mapped them (`fresh`: mapped, that allocation not yet recorded).
+struct KnownSegment {
+    MemorySegment segment;
+    bool fresh = false;
+    std::shared_ptr<c10::GatheredContext> context;
+};
+std::unordered_map<c10::DeviceIndex, std::map<uintptr_t, KnownSegment>> g_segments; // g_mutex
+
+// The segment of device `index` that holds `address`, or null. Caller holds g_mutex.
+KnownSegment *segmentHolding(c10::DeviceIndex index, uintptr_t address)
+{
+    auto segments = g_segments.find(index);
+    if (segments == g_segments.end())
+        return nullptr;
+    auto it = segments->second.upper_bound(address);
+    if (it == segments->second.begin())
+        return nullptr;
+    --it;
+    KnownSegment &s = it->second;
+    return address < s.segment.address + s.segment.size ? &s : nullptr;
+}
 
 int64_t nowMicroseconds()
 {
@@ -94,6 +115,20 @@ void recordMemoryAllocation(c10::DeviceIndex index, void *address, size_t size, 
         return;
     g_live[reinterpret_cast<uintptr_t>(address)] = { stream, g_settings.stacks_of_state ? context
                                                                                         : nullptr };
+    // The first allocation in a segment just mapped is the one that mapped it: its stack.
+    if (KnownSegment *segment = segmentHolding(index, reinterpret_cast<uintptr_t>(address));
+        segment != nullptr && segment->fresh) {
+        segment->fresh = false;
+        segment->context = context;
+        auto trace = g_traces.find(index);
+        if (trace != g_traces.end() && g_settings.stacks_of_alloc)
+            for (auto e = trace->second.rbegin(); e != trace->second.rend(); ++e)
+                if (std::string(e->action) == "segment_alloc" &&
+                    e->address == segment->segment.address) {
+                    e->context = context;
+                    break;
+                }
+    }
     if (g_settings.record_trace && trace)
         append(index, { "alloc", reinterpret_cast<uintptr_t>(address), size, stream,
                         nowMicroseconds(), g_settings.stacks_of_alloc ? context : nullptr });
@@ -132,22 +167,29 @@ void recordMemorySegments(c10::DeviceIndex index, const std::vector<MemorySegmen
     std::lock_guard<std::mutex> lock(g_mutex);
     if (!g_settings.enabled)
         return;
-    std::map<uintptr_t, MemorySegment> now;
-    for (const MemorySegment &s : segments)
-        now[s.address] = s;
-    std::map<uintptr_t, MemorySegment> &known = g_segments[index];
+    std::map<uintptr_t, KnownSegment> &known = g_segments[index];
+    auto same = [](const std::map<uintptr_t, KnownSegment> &set, const MemorySegment &s) {
+        auto it = set.find(s.address);
+        return it != set.end() && it->second.segment.size == s.size;
+    };
+    std::map<uintptr_t, KnownSegment> now;
+    for (const MemorySegment &s : segments) {
+        auto it = known.find(s.address);
+        if (same(known, s))
+            now[s.address] = it->second; // keeps its stack
+        else
+            now[s.address] = { s, !note_only, nullptr };
+    }
     if (!note_only && g_settings.record_trace) {
         const int64_t at = nowMicroseconds();
-        auto in = [](const std::map<uintptr_t, MemorySegment> &set, const MemorySegment &s) {
-            auto it = set.find(s.address);
-            return it != set.end() && it->second.size == s.size;
-        };
-        for (const auto &[address, s] : known)
-            if (!in(now, s))
-                append(index, { "segment_free", address, s.size, s.stream, at, nullptr });
-        for (const auto &[address, s] : now)
-            if (!in(known, s))
-                append(index, { "segment_alloc", address, s.size, s.stream, at, nullptr });
+        for (const auto &[address, k] : known)
+            if (!same(now, k.segment))
+                append(index,
+                       { "segment_free", address, k.segment.size, k.segment.stream, at, nullptr });
+        for (const auto &[address, k] : now)
+            if (!same(known, k.segment))
+                append(index,
+                       { "segment_alloc", address, k.segment.size, k.segment.stream, at, nullptr });
     }
     known = std::move(now);
 }
@@ -166,6 +208,14 @@ std::vector<MemoryTraceEntry> memoryTrace(c10::DeviceIndex index)
     if (it == g_traces.end())
         return {};
     return { it->second.begin(), it->second.end() };
+}
+
+std::shared_ptr<c10::GatheredContext> memorySegmentContext(c10::DeviceIndex index,
+                                                           uintptr_t address)
+{
+    std::lock_guard<std::mutex> lock(g_mutex);
+    KnownSegment *segment = segmentHolding(index, address);
+    return segment != nullptr && segment->segment.address == address ? segment->context : nullptr;
 }
 
 std::shared_ptr<c10::GatheredContext> memoryBlockContext(void *address)

@@ -59,9 +59,15 @@ struct MemorySegment {
     uintptr_t stream;
 };
 
+// The stack of the allocation that made the allocator map the segment at `address` of device
+// `index` while recording, or null. Thread safety: safe.
+std::shared_ptr<c10::GatheredContext> memorySegmentContext(c10::DeviceIndex index,
+                                                           uintptr_t address);
+
 // The device allocator's segments of device `index` now: records a "segment_alloc" for each
-// segment that appeared since the last call and a "segment_free" for each that went; with
-// note_only, only notes them (when the recording starts). Call only while
+// segment that appeared since the last call (its stack is that of the allocation recorded next
+// inside it) and a "segment_free" for each that went; with note_only, only notes them (when the
+// recording starts). Call only while
 // memoryHistoryRecording(). Thread safety: safe.
 void recordMemorySegments(c10::DeviceIndex index, const std::vector<MemorySegment> &segments,
                           bool note_only = false);
