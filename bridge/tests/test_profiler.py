@@ -293,3 +293,25 @@ def test_event_records_and_waits_are_runtime_rows(device, devmod, tmp_path):
     assert not device_rows & set(SYNC_CALLS)
     flows = {e["id"] for e in events if e.get("cat") == "ac2g"}
     assert not {e["args"]["correlation"] for e in records + waits} & flows
+
+
+def test_memory_timeline_shows_device_memory(device, tmp_path):
+    """torch.profiler's memory timeline (export_memory_timeline, profile_memory=True) for the
+    device: parameters, gradients and activations of a training step, from the allocations
+    the caching allocator reports."""
+    model = torch.nn.Linear(256, 256).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(64, 256, device=device)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1],
+                 profile_memory=True, record_shapes=True, with_stack=True) as prof:
+        for _ in range(2):
+            model(x).sum().backward()
+            opt.step()
+            opt.zero_grad()
+    path = tmp_path / "timeline.json"
+    with pytest.warns(FutureWarning):  # deprecated upstream, still what users call
+        prof.export_memory_timeline(str(path), device=str(device))
+    times, sizes = json.loads(path.read_text())
+    assert len(times) == len(sizes) > 0
+    weights = (256 * 256 + 256) * 4
+    assert max(sum(row) for row in sizes) >= 2 * weights  # parameters and their gradients
