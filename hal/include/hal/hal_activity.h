@@ -86,37 +86,17 @@ static inline hal_copy_direction_t hal_copy_direction_of(bool dst_on_device, boo
  * ("unknown" outside the enum). */
 static inline const char *hal_copy_direction_name(hal_copy_direction_t direction)
 {
-    switch (direction) {
-    case HAL_COPY_HTOD:
-        return "HtoD";
-    case HAL_COPY_DTOH:
-        return "DtoH";
-    case HAL_COPY_DTOD:
-        return "DtoD";
-    case HAL_COPY_PTOP:
-        return "PtoP";
-    case HAL_COPY_HTOH:
-        return "HtoH";
-    }
-    return "unknown";
+    static const char *const names[] = { "HtoD", "DtoH", "DtoD", "PtoP", "HtoH" };
+    return (unsigned)direction < sizeof(names) / sizeof(names[0]) ? names[direction] : "unknown";
 }
 
-/* The name of a copy's record: "Memcpy " and its direction ("Memcpy HtoD"). */
+/* The name of a copy's record: "Memcpy " and its direction ("Memcpy HtoD"; "Memcpy" outside the
+ * enum). */
 static inline const char *hal_copy_activity_name(hal_copy_direction_t direction)
 {
-    switch (direction) {
-    case HAL_COPY_HTOD:
-        return "Memcpy HtoD";
-    case HAL_COPY_DTOH:
-        return "Memcpy DtoH";
-    case HAL_COPY_DTOD:
-        return "Memcpy DtoD";
-    case HAL_COPY_PTOP:
-        return "Memcpy PtoP";
-    case HAL_COPY_HTOH:
-        return "Memcpy HtoH";
-    }
-    return "Memcpy";
+    static const char *const names[] = { "Memcpy HtoD", "Memcpy DtoH", "Memcpy DtoD", "Memcpy PtoP",
+                                         "Memcpy HtoH" };
+    return (unsigned)direction < sizeof(names) / sizeof(names[0]) ? names[direction] : "Memcpy";
 }
 
 #ifdef __cplusplus
