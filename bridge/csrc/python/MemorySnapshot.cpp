@@ -33,11 +33,6 @@ namespace torch_hal
 namespace
 {
 
-void collectBlock(const hal_allocator_block_info_t *info, void *user)
-{
-    static_cast<std::vector<hal_allocator_block_info_t> *>(user)->push_back(*info);
-}
-
 const char *blockStateName(hal_allocator_block_state_t state)
 {
     switch (state) {
@@ -104,9 +99,7 @@ py::dict snapshot()
     py::list segments, device_traces;
     Frames frames;
     for (c10::DeviceIndex device = 0; device < deviceCount(); ++device) {
-        std::vector<hal_allocator_block_info_t> blocks;
-        if (hal_allocator_t a = existingDeviceAllocator(device))
-            TORCH_HAL_CHECK(hal_allocator_snapshot(a, collectBlock, &blocks));
+        const std::vector<hal_allocator_block_info_t> blocks = deviceAllocatorBlocks(device);
         for (size_t i = 0; i < blocks.size();) {
             py::dict segment = segmentOf(device, blocks[i], frames);
             py::list segment_blocks;

@@ -476,20 +476,25 @@ c10::DataPtr allocateDeviceMemory(c10::DeviceIndex index, size_t n, c10::Device 
     return { ptr, ptr, &freeDeviceBlock, report_device };
 }
 
+std::vector<hal_allocator_block_info_t> deviceAllocatorBlocks(c10::DeviceIndex index)
+{
+    std::vector<hal_allocator_block_info_t> blocks;
+    if (hal_allocator_t a = existingDeviceAllocator(index))
+        TORCH_HAL_CHECK(hal_allocator_snapshot(
+            a,
+            [](const hal_allocator_block_info_t *info, void *user) {
+                static_cast<std::vector<hal_allocator_block_info_t> *>(user)->push_back(*info);
+            },
+            &blocks));
+    return blocks;
+}
+
 void recordDeviceSegments(c10::DeviceIndex index, bool note_only)
 {
-    hal_allocator_t a = existingDeviceAllocator(index);
-    if (a == nullptr || !memoryHistoryRecording())
+    if (existingDeviceAllocator(index) == nullptr || !memoryHistoryRecording())
         return;
-    std::vector<hal_allocator_block_info_t> blocks;
-    TORCH_HAL_CHECK(hal_allocator_snapshot(
-        a,
-        [](const hal_allocator_block_info_t *info, void *user) {
-            static_cast<std::vector<hal_allocator_block_info_t> *>(user)->push_back(*info);
-        },
-        &blocks));
     std::vector<MemorySegment> segments;
-    for (const hal_allocator_block_info_t &b : blocks)
+    for (const hal_allocator_block_info_t &b : deviceAllocatorBlocks(index))
         if (segments.empty() ||
             segments.back().address != reinterpret_cast<uintptr_t>(b.segment_address))
             segments.push_back({ reinterpret_cast<uintptr_t>(b.segment_address),

@@ -10,6 +10,8 @@
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/StorageImpl.h>
 
+#include <vector>
+
 #include "runtime/Runtime.h"
 
 namespace torch_hal
@@ -25,6 +27,11 @@ c10::DataPtr allocateDeviceMemory(c10::DeviceIndex index, size_t n, c10::Device 
 
 // The HAL allocator of device `index` if anything was allocated there, else nullptr.
 hal_allocator_t existingDeviceAllocator(c10::DeviceIndex index) noexcept;
+
+// Every block of the device allocator of `index` (hal_allocator_snapshot: segments in address
+// order, each tiled by its blocks); empty where nothing was allocated on the device. Throws
+// the HAL's error. Thread safety: safe.
+std::vector<hal_allocator_block_info_t> deviceAllocatorBlocks(c10::DeviceIndex index);
 
 // The memory history (MemoryHistory.h): the device allocator's segments of device `index` as
 // they are now, noted (note_only, when the recording starts) or compared with the last ones
