@@ -34,6 +34,11 @@ size_t spanBytes(const at::Tensor &t);
 // semantics are kept exactly.
 void cpuFallback(const c10::OperatorHandle &op, torch::jit::Stack *stack);
 
+// On the autograd engine's device threads, sets the intra-op threads to those of the last
+// other thread that ran a kernel on the device; elsewhere notes this thread's
+// (FallbackThreads.cpp). Thread safety: safe.
+void matchCallerThreads();
+
 // Counters of what the fallback did (exposed as torch_hal._C._fallback_stats()).
 struct FallbackStats {
     uint64_t calls;            // fallback invocations

@@ -14,15 +14,15 @@
 // device. Views of inputs are still returned as device views.
 //
 // Either way in-place, out= (including resizes) and view semantics match the CPU kernel's.
+// Its registration is FallbackRegistration.cpp's; the intra-op threads of the autograd
+// engine's device threads are FallbackThreads.cpp's.
 #include <ATen/CPUGeneratorImpl.h>
-#include <ATen/Parallel.h>
 #include <ATen/core/Generator.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/StorageImpl.h>
 #include <c10/util/SmallVector.h>
-#include <torch/library.h>
 
 #include <algorithm>
 #include <atomic>
@@ -31,12 +31,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include <pthread.h>
-
 #include "aten/Common.h"
 #include "runtime/Allocator.h"
 #include "runtime/DeviceActivity.h"
-#include "runtime/Register.h"
+#include "runtime/Register.h" // defaultGenerator
 
 namespace torch_hal
 {
@@ -739,43 +737,6 @@ class FallbackCall
     }
 };
 
-void boxedFallback(const c10::OperatorHandle &op, torch::jit::Stack *stack)
-{
-    cpuFallback(op, stack);
-}
-
-// ---- Intra-op threads -----------------------------------------------------------------------
-
-// The autograd engine runs the backward of device tensors on a worker thread per device
-// ("pt_autograd_<index>"), and that of CPU tensors on the thread that called backward(). A
-// thread's number of intra-op (OpenMP) threads is its own: a thread takes the value of the
-// last torch.set_num_threads() of any thread when it first runs a parallel kernel. The
-// pin-memory thread of DataLoader(pin_memory=True) calls torch.set_num_threads(1), so a worker
-// started after one ran every kernel on one thread while the caller kept all of them:
-// reductions split differently, the device's gradients differed from the CPU's in the last
-// bits, and the backward used one core. On the workers, kernels run with the intra-op threads
-// of the last other thread that ran a kernel on the device (the one that ran the forward).
-std::atomic<int> g_caller_threads{ 0 };
-
-bool onAutogradWorker()
-{
-    char name[16] = {};
-    return pthread_getname_np(pthread_self(), name, sizeof name) == 0 &&
-           std::strncmp(name, "pt_autograd_", 12) == 0;
-}
-
-void matchCallerThreads()
-{
-    thread_local const bool worker = onAutogradWorker();
-    if (!worker) {
-        g_caller_threads.store(at::get_num_threads(), std::memory_order_relaxed);
-        return;
-    }
-    int caller = g_caller_threads.load(std::memory_order_relaxed);
-    if (caller > 0 && at::get_num_threads() != caller)
-        at::set_num_threads(caller);
-}
-
 } // namespace
 
 void cpuFallback(const c10::OperatorHandle &op, torch::jit::Stack *stack)
@@ -802,48 +763,6 @@ void resetFallbackStats()
     g_counters.outputs_copied = 0;
     g_counters.bytes_staged_in = 0;
     g_counters.bytes_staged_out = 0;
-}
-
-void registerFallback()
-{
-    bool any_host_addressable = false;
-    for (c10::DeviceIndex i = 0; i < deviceCount(); ++i)
-        any_host_addressable = any_host_addressable || (ownsDevice(i) && hostAddressable(i));
-    if (any_host_addressable)
-        installCpuAllocatorRouting();
-    static auto *library = new torch::Library(torch::Library::IMPL, "_",
-                                              c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
-    library->fallback(torch::CppFunction::makeFromBoxedFunction<&boxedFallback>());
-
-    // Structured operators reach a backend without kernels through PyTorch's generic
-    // functional wrapper (CompositeExplicitAutogradNonFunctional): it allocates the outputs on
-    // the device and calls the out= variant. Running their own CPU kernel instead saves that
-    // detour (and, when staging, copying the blank outputs to the host), and keeps the CPU
-    // kernel's output sizing and warnings.
-    // The same for operators with a CPU kernel and a CompositeExplicitAutograd one (e.g.
-    // native_layer_norm, native_group_norm): a backend without kernels would get the
-    // composite, whose arithmetic differs from the CPU kernel's in the last bits, so the device
-    // would not compute what the CPU computes.
-    static auto *direct = new torch::Library(torch::Library::IMPL, "aten",
-                                             c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
-    auto &dispatcher = c10::Dispatcher::singleton();
-    for (const c10::OperatorName &name : dispatcher.getAllOpNames()) {
-        if (name.name.rfind("aten::", 0) != 0)
-            continue;
-        auto op = dispatcher.findOp(name);
-        if (!op ||
-            !(op->hasKernelForDispatchKey(
-                  c10::DispatchKey::CompositeExplicitAutogradNonFunctional) ||
-              op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd)) ||
-            !op->hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
-            op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1))
-            continue;
-        std::string qualified = name.name;
-        if (!name.overload_name.empty())
-            qualified += "." + name.overload_name;
-        direct->impl(qualified.c_str(),
-                     torch::CppFunction::makeFromBoxedFunction<&boxedFallback>());
-    }
 }
 
 } // namespace torch_hal

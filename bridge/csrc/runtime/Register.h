@@ -12,7 +12,7 @@ namespace torch_hal
 void registerGuard();          // DeviceGuardImplInterface (runtime/Guard.cpp)
 void registerHooks();          // allocators, hooks, generators (runtime/Hooks.cpp)
 void registerOperators();      // native kernels (aten/Ops.cpp)
-void registerFallback();       // the boxed CPU fallback (aten/Fallback.cpp)
+void registerFallback();       // the boxed CPU fallback (aten/FallbackRegistration.cpp)
 void registerAutocast();       // AutocastPrivateUse1 (aten/Autocast.cpp)
 void registerRnnCells();       // the fused LSTM and GRU cells (aten/Rnn.cpp)
 void registerAttention();      // the fused attention kernels (aten/Attention.cpp)
