@@ -12,8 +12,9 @@
  * The module is compiled once, by nrt_load; the executor keeps the executable under an id. The
  * module's bytes stay here too, so that a model outlives its executor: when the executor ended
  * and a new one runs (another generation), the next execution compiles the module there again.
- * An execution copies the inputs into the region shared with the executor (64-byte aligned,
- * inputs then outputs), sends EXECUTE and copies the outputs back. */
+ * An execution copies the inputs into the region shared with the executor (inputs then
+ * outputs, each 64-byte aligned: XLA reads aligned inputs there in place), sends EXECUTE and
+ * copies the outputs back. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

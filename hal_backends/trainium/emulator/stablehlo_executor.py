@@ -64,7 +64,10 @@ parts may change in other versions):
   client.serialize_executable(LoadedExecutable) -> bytes;
     client.deserialize_executable(bytes, executable_devices=..., compile_options=...)
     -> LoadedExecutable; client.platform_version
-  jax.device_put(numpy_array, device), with jax_enable_x64 so that 64-bit types stay 64-bit.
+  jax_enable_x64, so that 64-bit types stay 64-bit
+  jax.sharding.SingleDeviceSharding(device); jax._src.core.ShapedArray(shape, dtype) (private)
+  xla_client.batched_device_put(aval, sharding, [numpy_array], [device], committed, force_copy,
+    HostBufferSemantics.ZERO_COPY) -> an array on the device made of the numpy array's bytes
 """
 
 import hashlib
@@ -183,11 +186,13 @@ def _host_cpu():
 class Executor:
     """Compiled modules by id, and the tensor region."""
 
-    def __init__(self, jax, np, dtypes, ir, context, backend, xla_client):
+    def __init__(self, jax, np, dtypes, ir, context, backend, xla_client, shaped_array):
         """Keeps what start() imported and made; runs on the backend's first CPU device."""
         self.jax, self.np, self.dtypes, self.ir = jax, np, dtypes, ir
         self.context, self.backend, self.xla_client = context, backend, xla_client
+        self.shaped_array = shaped_array
         self.device = backend.local_devices()[0]
+        self.sharding = jax.sharding.SingleDeviceSharding(self.device)
         self.models, self.next_id = {}, 1
         self.region, self.region_size = None, 0
         self.cache = ExecutableCache.from_environment(
@@ -233,7 +238,9 @@ class Executor:
                        for i, t in enumerate(ftype.results)]
         executable = self._executable(module)
         model_id, self.next_id = self.next_id, self.next_id + 1
-        self.models[model_id] = (executable, inputs, outputs)
+        # Each parameter's abstract value, made once: the zero-copy puts in execute() take it.
+        avals = [self.shaped_array(shape, dtype) for _, dtype, shape in inputs]
+        self.models[model_id] = (executable, inputs, outputs, avals)
         return model_id, "".join(line + "\n" for line, _, _ in inputs + outputs)
 
     def _executable(self, module):
@@ -258,8 +265,8 @@ class Executor:
     def _map(self, size):
         """Maps the region again once the emulator has grown it."""
         if size > self.region_size:
-            if self.region is not None:
-                self.region.close()
+            # The old mapping is not closed here: it goes when nothing refers to it any more
+            # (XLA may let go of an execution's zero-copy arguments a little after it ends).
             self.region, self.region_size = mmap.mmap(REGION_FD, size), size
 
     def execute(self, model_id, region_size, payload):
@@ -267,7 +274,7 @@ class Executor:
         np = self.np
         if model_id not in self.models:
             return BAD_INPUT, f"no model {model_id} is loaded here"
-        executable, inputs, outputs = self.models[model_id]
+        executable, inputs, outputs, avals = self.models[model_id]
         slots = [SLOT.unpack_from(payload, k) for k in range(0, len(payload), SLOT.size)]
         tensors = inputs + outputs
         if len(payload) % SLOT.size or len(slots) != len(tensors):
@@ -277,16 +284,10 @@ class Executor:
             if size != want or offset + size > region_size:
                 return BAD_INPUT, f"'{line}' takes {want} bytes, {size} given at {offset}"
         self._map(region_size)
-        args = []
-        for (offset, size), (_, dtype, shape) in zip(slots, inputs):
-            boolean = dtype == np.bool_  # one byte each: any nonzero byte is true
-            view = np.frombuffer(self.region, dtype=np.uint8 if boolean else dtype,
-                                 count=size // dtype.itemsize, offset=offset)
-            array = (view != 0) if boolean else view.copy()
-            del view  # no reference to the region stays behind: it may be mapped again
-            args.append(self.jax.device_put(array.reshape(shape), self.device))
         try:
-            results = executable.execute(args)
+            results = executable.execute(self._arguments(slots, inputs, avals))
+            # The arguments may be the region's own bytes: the execution is over before the
+            # region is written or mapped again (np.asarray below waits for each result).
         except Exception as e:  # XLA rejected the arguments or failed
             text = f"{type(e).__name__}: {e}"
             return (BAD_INPUT if "INVALID_ARGUMENT" in text else ERROR), text
@@ -299,6 +300,24 @@ class Executor:
             target[:] = data
             del target
         return None
+
+    def _arguments(self, slots, inputs, avals):
+        """The inputs as XLA buffers. Each is the region's bytes themselves (zero copy: the
+        region's offsets are 64-byte aligned, as XLA's CPU buffers must be), not a copy: a copy
+        per input, finished on XLA's threads, cost more than the model's own computation for
+        small models. Booleans (one byte each, any nonzero byte true) are converted, a copy."""
+        np, put = self.np, self.xla_client.batched_device_put
+        zero_copy = self.xla_client.HostBufferSemantics.ZERO_COPY
+        args = []
+        for (offset, size), (_, dtype, shape), aval in zip(slots, inputs, avals):
+            if dtype == np.bool_:
+                view = np.frombuffer(self.region, dtype=np.uint8, count=size, offset=offset)
+                array = (view != 0).reshape(shape)
+            else:
+                array = np.frombuffer(self.region, dtype=dtype, count=size // dtype.itemsize,
+                                      offset=offset).reshape(shape)
+            args.append(put(aval, self.sharding, [array], [self.device], True, False, zero_copy))
+        return args
 
 
 def start():
@@ -315,6 +334,7 @@ def start():
         from jaxlib.mlir.dialects import chlo, sdy, stablehlo
         from jaxlib.mlir._mlir_libs import _jax_mlir_ext
         from jax._src import xla_bridge
+        from jax._src.core import ShapedArray
     except ImportError as e:
         return None, (f"cannot import {e.name or 'a module'}: {e} (the executor needs "
                       f"jax==0.10.2 and jaxlib==0.10.2)")
@@ -335,7 +355,7 @@ def start():
         ("f64", np.float64), ("i1", np.bool_), ("i8", np.int8), ("ui8", np.uint8),
         ("i16", np.int16), ("ui16", np.uint16), ("i32", np.int32), ("ui32", np.uint32),
         ("i64", np.int64), ("ui64", np.uint64)]}
-    executor = Executor(jax, np, dtypes, ir, context, backend, xla_client)
+    executor = Executor(jax, np, dtypes, ir, context, backend, xla_client, ShapedArray)
     about = (f"python {sys.version.split()[0]}, jax {jax.__version__}, "
              f"jaxlib {jaxlib.__version__}")
     return executor, about
