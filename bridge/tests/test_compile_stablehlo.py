@@ -202,6 +202,49 @@ def test_random_ops_that_are_not_dropout_stay_eager_and_are_counted(device):
     assert "random op" in forward.reasons["run_and_save_rng_state(aten.rand_like.default)"]
 
 
+def test_a_compiled_optimizer_step_runs_on_the_device_as_eager(device):
+    """clip_grad_norm_ and AdamW (foreach, capturable, the learning rate a tensor, as a
+    compiled optimizer step is written) compiled: every node runs in device programs, none of
+    the _foreach_* operators eagerly through the host, and three steps give eager's parameters
+    and moments. Its 40-odd parameters and states pass more tensors than one launch takes."""
+    _fresh()
+    torch.manual_seed(0)
+    shapes = [(16, 16), (16,)] * 8
+
+    def make():
+        params = [torch.nn.Parameter(torch.randn(s, device=device)) for s in shapes]
+        opt = torch.optim.AdamW(params, lr=torch.tensor(0.01), foreach=True, capturable=True)
+        return params, opt
+
+    eager_params, eager_opt = make()
+    params, opt = make()
+    with torch.no_grad():
+        for p, q in zip(params, eager_params):
+            p.copy_(q)
+
+    def step(ps, o):
+        torch.nn.utils.clip_grad_norm_(ps, 1.0, foreach=True)
+        o.step()
+
+    compiled = torch.compile(step)
+    before = len(graph_compiler.reports())
+    for i in range(3):
+        grads = [torch.randn(s, device=device) for s in shapes]
+        for p, q, g in zip(params, eager_params, grads):
+            p.grad, q.grad = g.clone(), g.clone()
+        step(eager_params, eager_opt)
+        compiled(params, opt)
+    for p, q in zip(params, eager_params):
+        torch.testing.assert_close(p.detach().cpu(), q.detach().cpu(), rtol=1e-5, atol=1e-6)
+        for key in ("exp_avg", "exp_avg_sq", "step"):
+            torch.testing.assert_close(opt.state[p][key].cpu(), eager_opt.state[q][key].cpu(),
+                                       rtol=1e-5, atol=1e-6)
+    reports = _lowered_reports(before)
+    assert reports
+    for _, _, report in reports:
+        assert report.lowered == report.total and report.eager == 0, str(report)
+
+
 def test_an_op_torch_mlir_cannot_lower_runs_eagerly(device):
     _fresh()
 

@@ -497,3 +497,165 @@ def test_a_region_over_the_launch_limit_runs_in_pieces():
         assert len(lowered.input_specs) + len(lowered.result_specs) <= 6 or piece.chunks
     outs = split(*_clone(xs))
     assert _max_diff(list(outs), list(f(*xs))) <= 1e-5
+
+
+def _foreach_decompositions():
+    import importlib
+
+    return importlib.import_module(
+        shlo.__name__.rsplit(".", 1)[0] + "._foreach_decompositions").foreach_decompositions()
+
+
+def _optimizer_step_graph(n_params, shape=(4, 3)):
+    """AdamW (foreach) and clip_grad_norm_ over ``n_params`` parameters,
+    traced by AOTAutograd with core-ATen and foreach decompositions, mutations kept in the graph
+    as a compiled optimizer step's are. Returns (entry, the parameters and states it mutates)."""
+    torch.manual_seed(0)
+    params = [nn.Parameter(torch.randn(shape)) for _ in range(n_params)]
+    for p in params:
+        p.grad = torch.randn_like(p)
+    opt = torch.optim.AdamW(params, lr=0.01, foreach=True)
+    opt.step()  # the states exist before the step that is traced
+
+    def step(*grads):
+        for p, g in zip(params, grads):
+            p.grad = g
+        torch.nn.utils.clip_grad_norm_(params, 1.0, foreach=True)
+        opt.step()
+
+    graphs = []
+
+    def compiler(gm, example_inputs):
+        entry = {"gm": gm, "example": example_inputs, "args": None}
+        graphs.append(entry)
+
+        def run(*args):
+            entry["args"] = _clone(args)  # the real inputs, before the graph mutates them
+            return gm(*args)
+
+        return run
+
+    decomps = dict(core_aten_decompositions())
+    decomps.update(_foreach_decompositions())
+    from torch._functorch.aot_autograd import aot_module_simplified
+
+    compiled = torch.compile(step, backend=lambda gm, ex: aot_module_simplified(
+        gm, ex, fw_compiler=compiler, decompositions=decomps,
+        keep_inference_input_mutations=True))
+    return compiled, params, opt, graphs
+
+
+def test_foreach_decompositions_cover_every_functional_foreach_op():
+    table = _foreach_decompositions()
+    names = {str(op) for op in table}
+    for wanted in ("aten._foreach_add.List", "aten._foreach_addcdiv.ScalarList",
+                   "aten._foreach_addcmul.Tensor", "aten._foreach_lerp.Scalar",
+                   "aten._foreach_norm.Scalar", "aten._foreach_pow.ScalarAndTensor",
+                   "aten._foreach_maximum.Scalar", "aten._foreach_sqrt.default"):
+        assert wanted in names
+    assert not any(name.endswith("_.Scalar") or ".out" in name for name in names)
+    # Each decomposition gives what the operator gives, on a few lists.
+    xs = [torch.rand(3) + 0.5, torch.rand(2, 2) + 0.5]
+    ys = [torch.rand(3) + 0.5, torch.rand(2, 2) + 0.5]
+    checks = [
+        (torch.ops.aten._foreach_add.List, (xs, ys), {"alpha": 2}),
+        (torch.ops.aten._foreach_addcdiv.ScalarList, (xs, ys, xs, [0.5, 2.0]), {}),
+        (torch.ops.aten._foreach_addcmul.Tensor, (xs, ys, ys, torch.tensor([0.5, 3.0])), {}),
+        (torch.ops.aten._foreach_addcmul.Scalar, (xs, ys, ys, 0.25), {}),
+        (torch.ops.aten._foreach_lerp.Scalar, (xs, ys, 0.3), {}),
+        (torch.ops.aten._foreach_norm.Scalar, (xs, 2), {}),
+        (torch.ops.aten._foreach_pow.ScalarAndTensor, (0.9, ys), {}),
+        (torch.ops.aten._foreach_maximum.Scalar, (xs, 0.8), {}),
+        (torch.ops.aten._foreach_div.Tensor, (xs, torch.tensor(4.0)), {}),
+        (torch.ops.aten._foreach_sqrt.default, (xs,), {}),
+    ]
+    for op, args, kwargs in checks:
+        got = table[op](*args, **kwargs)
+        want = op(*args, **kwargs)
+        assert len(got) == len(want), op
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, msg=str(op))
+
+
+def test_a_compiled_optimizer_step_lowers_whole_and_runs_as_eager():
+    """clip_grad_norm_ and AdamW with foreach=True: no _foreach_* node is left, every node
+    lowers, and the lowered graphs step the parameters and states as eager does."""
+    compiled, params, opt, graphs = _optimizer_step_graph(3)
+    grads = [torch.randn_like(p) for p in params]
+    compiled(*grads)  # traced and run as traced (eagerly), to capture the graphs
+    assert graphs
+    for entry in graphs:
+        left = [n for n in entry["gm"].graph.nodes
+                if n.op == "call_function" and "_foreach_" in str(n.target)]
+        assert not left, left
+    # The optimizer step's graph, lowered and run with XLA, against its eager run.
+    entry = graphs[-1]
+    split, report = shlo.partition(entry["gm"], entry["example"], executor=shlo.run_with_jax)
+    assert report.lowered == report.total, str(report)
+    args_eager = _clone(entry["args"])
+    args_lowered = _clone(entry["args"])
+    refs = entry["gm"](*args_eager)
+    outs = split(*args_lowered)
+    assert _max_diff(list(outs or ()), list(refs or ())) <= 1e-5
+    for got, want in zip(args_lowered, args_eager):  # the mutated parameters and states
+        if isinstance(want, torch.Tensor):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_independent_parts_over_the_launch_limit_run_in_few_pieces():
+    """An optimizer step over 12 parameters passes far more tensors than one launch takes
+    (40 here). Its parts, one per parameter, share only the graph's inputs and scalars computed
+    from them (-lr, bias corrections): they are packed whole into as few pieces as fit, rather
+    than cut in halves again and again, and the pieces give eager's results."""
+    compiled, params, opt, graphs = _optimizer_step_graph(12)
+    compiled(*[torch.randn_like(p) for p in params])
+    entry = graphs[-1]
+    split, report = shlo.partition(entry["gm"], entry["example"], executor=shlo.run_with_jax,
+                                   max_tensors=40)
+    assert report.lowered == report.total
+    region = getattr(split, report.submodules[0])
+    tensors = len(region.lowered.input_specs) + len(region.lowered.result_specs)
+    assert tensors > 40
+    pieces = list(region.chunks.children())
+    for piece in pieces:
+        assert piece.chunks is None
+        assert len(piece.lowered.input_specs) + len(piece.lowered.result_specs) <= 40
+    # Each parameter's update takes its parameter, gradient, two moments and step (read and
+    # written) and the shared scalars: about 9 tensors a part, so 4 or 5 parts a piece.
+    assert len(pieces) <= -(-tensors // 40) + 2, (len(pieces), tensors)
+    args_eager = _clone(entry["args"])
+    args_lowered = _clone(entry["args"])
+    entry["gm"](*args_eager)
+    split(*args_lowered)
+    for got, want in zip(args_lowered, args_eager):
+        if isinstance(want, torch.Tensor):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_pieces_never_read_an_input_another_piece_wrote():
+    """Parts that write a graph input (a copy_ at the graph's end) stay in one launch with
+    whatever else reads that input: a piece run earlier must not write what a later piece
+    reads as the graph's input."""
+    def f(*xs):
+        outs = []
+        for i in range(0, len(xs), 5):
+            # This part starts first and takes five inputs, a whole launch of six tensors ...
+            source = xs[i].sin() + xs[i + 1] + xs[i + 2] + xs[i + 3]
+            outs.append(xs[i + 4] * 3)  # ... another part reads xs[i + 4] as given ...
+            xs[i + 4].copy_(source)     # ... and the first part writes it
+        return tuple(outs)
+
+    torch.manual_seed(0)
+    xs = [torch.randn(4) for _ in range(15)]
+    graphs = _capture(f, *[x.clone() for x in xs], keep_mutations=True)
+    entry = graphs[0]
+    split, report = shlo.partition(entry["gm"], entry["example"],
+                                   executor=shlo.run_with_jax, max_tensors=6)
+    region = getattr(split, report.submodules[0])
+    assert region.chunks is not None and len(list(region.chunks.children())) >= 2
+    args_eager, args_lowered = _clone(entry["args"]), _clone(entry["args"])
+    refs = entry["gm"](*args_eager)
+    outs = split(*args_lowered)
+    assert _max_diff(list(outs), list(refs)) <= 1e-6
+    for got, want in zip(args_lowered, args_eager):
+        torch.testing.assert_close(got, want)

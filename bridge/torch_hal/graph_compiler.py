@@ -162,13 +162,17 @@ def _executor(device_index):
 
 def _decompositions():
     """PyTorch's core-ATen decompositions, less those of random ops: those run whole and eagerly
-    with the device generator, drawing exactly what eager mode draws."""
+    with the device generator, drawing exactly what eager mode draws. Plus the ``_foreach_*``
+    operators as one operator per list element, so that a compiled optimizer step lowers."""
     from torch._decomp import core_aten_decompositions
+
+    from ._foreach_decompositions import foreach_decompositions
 
     decomps = dict(core_aten_decompositions())
     for op in list(decomps):
         if torch.Tag.nondeterministic_seeded in getattr(op, "tags", ()):
             del decomps[op]
+    decomps.update(foreach_decompositions())
     return decomps
 
 

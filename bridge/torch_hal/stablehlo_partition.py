@@ -228,20 +228,135 @@ def _strided_outputs(outputs):
     return found
 
 
+def _is_shared_scalar(node, shared):
+    """Whether ``node`` computes a scalar from the graph's inputs and other such scalars only
+    (an optimizer's ``-lr``, a bias correction): parts that use it are still independent."""
+    if _mutates_input(node) or is_random(node.target):
+        return False  # writes, or draws: it must run once
+    val = _val(node)
+    if isinstance(val, torch.Tensor):
+        if val.numel() > 1:
+            return False
+    elif not isinstance(val, (int, float, bool, torch.SymInt, torch.SymFloat)):
+        return False  # a tuple of results, or nothing known of it
+    return all(m.op in ("placeholder", "get_attr") or m in shared for m in node.all_input_nodes)
+
+
+def _components(gm, shared=frozenset()):
+    """The graph's independent parts: lists of call_function nodes (those in ``shared`` left
+    out) that share no value but the graph's inputs and ``shared``, in order of first node."""
+    nodes = [n for n in gm.graph.nodes if n.op == "call_function" and n not in shared]
+    parent = {n: n for n in nodes}
+
+    def root(n):
+        while parent[n] is not n:
+            parent[n] = parent[parent[n]]
+            n = parent[n]
+        return n
+
+    for n in nodes:
+        for m in n.all_input_nodes:
+            if m in parent:
+                parent[root(n)] = root(m)
+        if _mutates_input(n):
+            # The input it writes: whatever else reads it must run in the same launch, or a
+            # launch before this one could see it written already.
+            for m in n.all_input_nodes:
+                if m.op == "placeholder":
+                    for user in m.users:
+                        if user in parent:
+                            parent[root(n)] = root(user)
+    groups = {}
+    for n in nodes:
+        groups.setdefault(root(n), []).append(n)
+    return list(groups.values())
+
+
+def _copy_shared_scalars(gm):
+    """``gm``, or a copy of it in which each independent part computes the scalars it shares
+    with others itself (an optimizer step's ``-lr`` once per parameter rather than once for
+    all), so that parts become independent and can run in different launches."""
+    graph = torch.fx.Graph()
+    graph.output(graph.graph_copy(gm.graph, {}))
+    shared = set()
+    for n in graph.nodes:
+        if n.op == "call_function" and _is_shared_scalar(n, shared):
+            shared.add(n)
+    components = _components(torch.fx.GraphModule(gm, graph), shared)
+    if not shared or len(components) < 2:
+        return gm
+    for component in components:
+        copies = {}
+
+        def copy_of(m, before):
+            if m.op == "placeholder":
+                return m
+            if m not in copies:
+                inputs = {a: copy_of(a, before) for a in m.all_input_nodes}
+                with graph.inserting_before(before):
+                    copies[m] = graph.node_copy(m, lambda a: inputs[a])
+            return copies[m]
+
+        for n in component:
+            for m in list(n.all_input_nodes):
+                if m in shared or m.op == "get_attr":
+                    n.replace_input_with(m, copy_of(m, component[0]))
+    for n in reversed(list(graph.nodes)):
+        if (n in shared or n.op == "get_attr") and not n.users:
+            graph.erase_node(n)
+    return torch.fx.GraphModule(gm, graph)
+
+
+def _mutates_input(node):
+    schema = getattr(node.target, "_schema", None)
+    return schema is not None and schema.is_mutable
+
+
+def _pack_components(gm, max_tensors):
+    """``{node name: piece}`` grouping whole independent parts into pieces of at most
+    ``max_tensors`` inputs and results each (a part too large alone is a piece of its own, cut
+    again later); None when the graph is one part."""
+    components = _components(gm)
+    if len(components) < 2:
+        return None
+    output = gm.graph.output_node()
+    pieces, inputs, results = {}, set(), 0
+    index = 0
+    for component in components:
+        own_inputs = {m for n in component for m in n.all_input_nodes if m.op == "placeholder"}
+        # Results: what the graph returns, and the inputs it writes (the module's aliased
+        # results).
+        own_results = sum(1 for n in component if output in n.users or _mutates_input(n))
+        if pieces and len(inputs | own_inputs) + results + own_results > max_tensors:
+            index, inputs, results = index + 1, set(), 0
+        inputs |= own_inputs
+        results += own_results
+        for n in component:
+            pieces[n.name] = index
+    return pieces if index > 0 else None
+
+
 def _split_in_pieces(gm, max_tensors):
-    """``gm`` cut in two by node order (each half again while its module is too large), every
-    piece a :class:`LoweredSubmodule`. Raises LoweringError if a single node is too large."""
+    """``gm`` cut into pieces whose modules pass at most ``max_tensors`` tensors, every piece a
+    :class:`LoweredSubmodule` (cut again while its module is too large). Independent parts of
+    the graph stay whole, packed together (one launch per group of parameters of an optimizer
+    step, rather than one per few operators); a graph of one part is cut in two by node order.
+    Raises LoweringError if a single node is too large."""
     from torch.fx.passes.split_module import split_module
 
     nodes = _op_nodes(gm.graph)
     if len(nodes) < 2:
         raise LoweringError(f"one node ({nodes[0].name if nodes else '?'}) has more than "
                             f"{max_tensors} tensors: more than one launch passes")
-    half = {n.name: (0 if i < len(nodes) // 2 else 1) for i, n in enumerate(nodes)}
+    gm = _copy_shared_scalars(gm)
+    nodes = _op_nodes(gm.graph)
+    assigned = _pack_components(gm, max_tensors)
+    if assigned is None:
+        assigned = {n.name: (0 if i < len(nodes) // 2 else 1) for i, n in enumerate(nodes)}
     last = [0]
 
     def piece(node):  # getitems and views follow the node before them
-        last[0] = half.get(node.name, last[0])
+        last[0] = assigned.get(node.name, last[0])
         return last[0]
 
     split = split_module(gm, gm, piece, keep_original_order=True)
