@@ -535,6 +535,33 @@ def test_fallback_is_zero_copy_on_host_addressable_devices(device_type, host_add
     assert b.device.type == device_type
 
 
+def test_random_fills_of_whole_storages_are_not_staged_in(device_type, host_addressable):
+    """A random fill (bernoulli_, uniform_, ...) writes every element of self: on a device
+    that stages, a tensor that is its storage's whole is not copied to the host first. A view
+    of part of a storage still is, and the rest of the storage keeps its values."""
+    if host_addressable:
+        pytest.skip("the device is host-addressable: the fallback stages nothing")
+    torch.manual_seed(0)
+    mask = torch.empty(4096, device=device_type)
+    torch_hal._C._reset_fallback_stats()
+    mask.bernoulli_(0.5)
+    mask.uniform_()
+    stats = torch_hal._C._fallback_stats()
+    assert stats["bytes_staged_in"] == 0
+    assert stats["bytes_staged_out"] == 2 * 4096 * 4
+    # Values as the CPU generator's own draws (the device generator is seeded alike).
+    torch.manual_seed(0)
+    want = torch.empty(4096).bernoulli_(0.5)
+    want.uniform_()
+    assert torch.equal(mask.cpu(), want)
+    base = torch.zeros(10, device=device_type)
+    torch_hal._C._reset_fallback_stats()
+    base[2:5].uniform_(1, 2)
+    assert torch_hal._C._fallback_stats()["bytes_staged_in"] == 10 * 4
+    got = base.cpu()
+    assert got[:2].eq(0).all() and got[5:].eq(0).all() and got[2:5].ge(1).all()
+
+
 # ---- Training ---------------------------------------------------------------------------------
 
 def _train(device, steps=5):

@@ -251,6 +251,37 @@ class FallbackCall
     size_t staged_in_ = 0;     // bytes copied from the device for the kernel
     size_t staged_out_ = 0;    // and back
 
+    // Random fills write every element of self and read none of them.
+    bool fillsSelf() const
+    {
+        const auto &name = schema_.operator_name().name;
+        return name == "aten::bernoulli_" || name == "aten::uniform_" || name == "aten::normal_" ||
+               name == "aten::random_" || name == "aten::exponential_" ||
+               name == "aten::geometric_" || name == "aten::log_normal_" || name == "aten::cauchy_";
+    }
+
+    // Whether mirror m need not be copied from the device before the kernel: a random fill's
+    // self is its only argument in that storage and covers all of it (a dropout mask drawn into
+    // a new tensor), so every staged byte is overwritten. Anything else is staged in.
+    bool fillsWholeStorage(size_t m) const
+    {
+        if (!fillsSelf())
+            return false;
+        const Ref *self = nullptr;
+        for (const Ref &ref : refs_) {
+            if (ref.mirror != m)
+                continue;
+            if (self != nullptr || ref.arg != 0 || !ref.write)
+                return false;
+            self = &ref;
+        }
+        if (self == nullptr)
+            return false;
+        const at::Tensor &t = self->device;
+        return t.storage_offset() == 0 && t.is_non_overlapping_and_dense() &&
+               static_cast<size_t>(t.numel()) * t.itemsize() == t.storage().nbytes();
+    }
+
     // Copies may legitimately mix devices; every other operator must not.
     bool mixesDevices() const
     {
@@ -364,7 +395,7 @@ class FallbackCall
                 mirror.begin = whole ? 0 : (mirror.lo & ~static_cast<size_t>(63));
                 size_t length = whole ? nbytes : mirror.hi - mirror.begin;
                 c10::DataPtr buffer = hostAllocator()->allocate(length);
-                if (length > 0 && data != nullptr) {
+                if (length > 0 && data != nullptr && !fillsWholeStorage(m)) {
                     c10::DeviceGuard guard(c10::Device(kDeviceType, mirror.index));
                     TORCH_HAL_CHECK(hal_memcpy_async(buffer.get(),
                                                      static_cast<char *>(data) + mirror.begin,
