@@ -28,6 +28,7 @@
 #include <atomic>
 #include <cstring>
 #include <mutex>
+#include <typeinfo>
 #include <unordered_map>
 #include <vector>
 
@@ -247,9 +248,10 @@ class FallbackCall
     // default generator: lend it the device generator's state for the call.
     bool swap_default_cpu_generator_ = false;
     at::Generator saved_cpu_state_;
-    DeviceSet pending_copies_; // devices whose current stream has H2D copies
-    size_t staged_in_ = 0;     // bytes copied from the device for the kernel
-    size_t staged_out_ = 0;    // and back
+    DeviceSet pending_copies_;                  // devices whose current stream has H2D copies
+    c10::SmallVector<c10::Storage, 2> retired_; // CPU storages of outputs made device tensors
+    size_t staged_in_ = 0;                      // bytes copied from the device for the kernel
+    size_t staged_out_ = 0;                     // and back
 
     // Random fills write every element of self and read none of them.
     bool fillsSelf() const
@@ -596,6 +598,17 @@ class FallbackCall
     std::vector<c10::Storage> keep_alive_;
 
     // The device tensor standing for a CPU tensor the kernel returned or left in an argument.
+    // Whether the kernel's output cpu, whose device storage is storage, can be turned into the
+    // device tensor itself: a plain dense tensor that only the stack refers to.
+    static bool canBecomeDeviceTensor(const at::Tensor &cpu, const c10::Storage &storage)
+    {
+        const c10::TensorImpl *impl = cpu.unsafeGetTensorImpl();
+        return cpu.use_count() == 1 && typeid(*impl) == typeid(c10::TensorImpl) &&
+               !impl->is_wrapped_number() && !cpu._is_zerotensor() &&
+               impl->allow_tensor_metadata_change() && storage.device().type() == kDeviceType &&
+               impl->key_set().highestBackendKey() == c10::BackendComponent::CPUBit;
+    }
+
     at::Tensor toDevice(const at::Tensor &cpu, bool is_output = true)
     {
         if (!cpu.defined() || cpu.device().type() != c10::DeviceType::CPU)
@@ -612,6 +625,19 @@ class FallbackCall
                 g_counters.outputs_aliased++;
         } else {
             storage = freshDeviceStorage(cpu.storage());
+            if (is_output && canBecomeDeviceTensor(cpu, storage)) {
+                // Nothing else refers to the kernel's own output: it becomes the device tensor
+                // (storage and dispatch keys swapped), rather than a new one built beside it.
+                // Its CPU storage stays alive until the call ends (fresh_outputs_ is keyed by
+                // its address).
+                c10::TensorImpl *impl = cpu.unsafeGetTensorImpl();
+                retired_.push_back(cpu.storage());
+                int64_t offset = cpu.storage_offset();
+                impl->set_storage_keep_dtype(std::move(storage));
+                impl->set_storage_offset(offset);
+                impl->_change_backend_component_keys(c10::Device(kDeviceType, target_));
+                return cpu;
+            }
         }
         int64_t offset = cpu.storage_offset() +
                          static_cast<int64_t>(begin) / static_cast<int64_t>(cpu.itemsize());
