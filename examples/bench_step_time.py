@@ -39,11 +39,11 @@ the time spent compiling the model's graphs (lowering and device programs) cold 
 step compiled once more as a whole (the loss inside the model's graphs, and clipping with
 AdamW compiled too, written as a compiled optimizer step is: the learning rate a tensor,
 capturable=True, no GradScaler since bf16 needs none), on both sides: the bytes eager
-operators still stage per step (target: nothing beyond the batch in and the loss out). A fifth line,
-without a target, runs the hal compiled step with TORCH_HAL_COMPILE_LAUNCH=stream (the kernels
-launched on the device's stream as HAL programs, instead of run on the calling thread as the
-cpu backend's host-addressable memory allows by default): the difference is what the stream's
-thread handoffs cost.
+operators still stage per step (target: nothing beyond the batch in and the loss out).
+A fifth line, without a target, runs the hal compiled step with TORCH_HAL_COMPILE_LAUNCH=stream
+(the kernels launched on the device's stream as HAL programs, instead of run on the calling
+thread as the cpu backend's host-addressable memory allows by default): the difference is what
+the stream's thread handoffs cost.
 
 Each backend runs in its own subprocess (a process opens one HAL backend). Inside it the
 device step and the CPU step alternate, so that load on the machine affects both alike; the
