@@ -22,8 +22,8 @@ _PREFIX = "_foreach_"
 _LEFT_OUT = {"max", "powsum"}
 
 
-def _element_op(name, overload):
-    """The per-element function of ``aten._foreach_<name>.<overload>``: called with the
+def _element_op(name):
+    """The per-element function of ``aten._foreach_<name>`` (every overload): called with the
     foreach operator's arguments, lists already replaced by their i-th element."""
     if name in ("addcmul", "addcdiv"):
         combine = torch.mul if name == "addcmul" else torch.div
@@ -86,5 +86,5 @@ def foreach_decompositions():
                                      or hasattr(torch, name)):
             continue
         op = getattr(getattr(torch.ops.aten, _PREFIX + name), overload or "default")
-        table[op] = _decomposition(op, _element_op(name, overload))
+        table[op] = _decomposition(op, _element_op(name))
     return table
