@@ -625,7 +625,7 @@ class FallbackCall
                 g_counters.outputs_aliased++;
         } else {
             storage = freshDeviceStorage(cpu.storage());
-            if (is_output && canBecomeDeviceTensor(cpu, storage)) {
+            if (is_output && in_place_ && canBecomeDeviceTensor(cpu, storage)) {
                 // Nothing else refers to the kernel's own output: it becomes the device tensor
                 // (storage and dispatch keys swapped), rather than a new one built beside it.
                 // Its CPU storage stays alive until the call ends (fresh_outputs_ is keyed by
