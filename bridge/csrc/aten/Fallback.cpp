@@ -597,9 +597,8 @@ class FallbackCall
     }
     std::vector<c10::Storage> keep_alive_;
 
-    // The device tensor standing for a CPU tensor the kernel returned or left in an argument.
     // Whether the kernel's output cpu, whose device storage is storage, can be turned into the
-    // device tensor itself: a plain dense tensor that only the stack refers to.
+    // device tensor itself: a plain tensor that only the stack refers to.
     static bool canBecomeDeviceTensor(const at::Tensor &cpu, const c10::Storage &storage)
     {
         const c10::TensorImpl *impl = cpu.unsafeGetTensorImpl();
@@ -609,6 +608,7 @@ class FallbackCall
                impl->key_set().highestBackendKey() == c10::BackendComponent::CPUBit;
     }
 
+    // The device tensor standing for a CPU tensor the kernel returned or left in an argument.
     at::Tensor toDevice(const at::Tensor &cpu, bool is_output = true)
     {
         if (!cpu.defined() || cpu.device().type() != c10::DeviceType::CPU)
