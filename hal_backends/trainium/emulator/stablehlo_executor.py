@@ -238,9 +238,12 @@ class Executor:
                        for i, t in enumerate(ftype.results)]
         executable = self._executable(module)
         model_id, self.next_id = self.next_id, self.next_id + 1
-        # Each parameter's abstract value, made once: the zero-copy puts in execute() take it.
+        # Made once, for every execution: each parameter's abstract value (the zero-copy puts
+        # take it) and each tensor's bytes.
         avals = [self.shaped_array(shape, dtype) for _, dtype, shape in inputs]
-        self.models[model_id] = (executable, inputs, outputs, avals)
+        sizes = [int(self.np.prod(shape, dtype=self.np.int64)) * dtype.itemsize
+                 for _, dtype, shape in inputs + outputs]
+        self.models[model_id] = (executable, inputs, outputs, avals, sizes)
         return model_id, "".join(line + "\n" for line, _, _ in inputs + outputs)
 
     def _executable(self, module):
@@ -274,14 +277,14 @@ class Executor:
         np = self.np
         if model_id not in self.models:
             return BAD_INPUT, f"no model {model_id} is loaded here"
-        executable, inputs, outputs, avals = self.models[model_id]
-        slots = [SLOT.unpack_from(payload, k) for k in range(0, len(payload), SLOT.size)]
-        tensors = inputs + outputs
-        if len(payload) % SLOT.size or len(slots) != len(tensors):
-            return BAD_INPUT, f"{len(slots)} tensors given, the model has {len(tensors)}"
-        for (offset, size), (line, dtype, shape) in zip(slots, tensors):
-            want = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        executable, inputs, outputs, avals, sizes = self.models[model_id]
+        if len(payload) % SLOT.size or len(payload) // SLOT.size != len(sizes):
+            return BAD_INPUT, (f"{len(payload) // SLOT.size} tensors given, the model has "
+                               f"{len(sizes)}")
+        slots = list(SLOT.iter_unpack(payload))
+        for k, ((offset, size), want) in enumerate(zip(slots, sizes)):
             if size != want or offset + size > region_size:
+                line = (inputs + outputs)[k][0]
                 return BAD_INPUT, f"'{line}' takes {want} bytes, {size} given at {offset}"
         self._map(region_size)
         try:
@@ -295,10 +298,7 @@ class Executor:
             data = np.ascontiguousarray(np.asarray(result)).reshape(-1).view(np.uint8)
             if data.size != size:
                 return ERROR, f"a result has {data.size} bytes where {size} are expected"
-            # Written in place: one copy, and no reference to the region stays behind.
-            target = np.frombuffer(self.region, dtype=np.uint8, count=size, offset=offset)
-            target[:] = data
-            del target
+            self.region[offset:offset + size] = data  # one copy, no reference kept
         return None
 
     def _arguments(self, slots, inputs, avals):
