@@ -29,10 +29,10 @@
 #include <cstring>
 #include <mutex>
 #include <typeinfo>
-#include <unordered_map>
 #include <vector>
 
 #include "aten/Common.h"
+#include "aten/FallbackContainers.h"
 #include "runtime/Allocator.h"
 #include "runtime/DeviceActivity.h"
 #include "runtime/Register.h" // defaultGenerator
@@ -61,70 +61,6 @@ struct Mirror {
     size_t wlo = kNoRange, whi = 0; // bytes the mutable arguments span
     const void *cpu_data = nullptr; // to detect kernels that resized the storage
     size_t cpu_nbytes = 0;
-};
-
-// A map from storage to value for the few storages one call touches: searched linearly while
-// small, so that a call allocates no hash table; hashed once it grows (long tensor lists).
-template <typename Value> class StorageMap
-{
-  public:
-    // The value of `key`, or nullptr; valid until the next insert.
-    Value *find(const c10::StorageImpl *key)
-    {
-        if (!hashed_.empty()) {
-            auto it = hashed_.find(key);
-            return it == hashed_.end() ? nullptr : &it->second;
-        }
-        for (auto &entry : linear_)
-            if (entry.first == key)
-                return &entry.second;
-        return nullptr;
-    }
-
-    void insert(const c10::StorageImpl *key, Value value)
-    {
-        if (hashed_.empty() && linear_.size() < kLinearEntries) {
-            linear_.emplace_back(key, std::move(value));
-            return;
-        }
-        if (hashed_.empty()) {
-            for (auto &entry : linear_)
-                hashed_.emplace(entry.first, std::move(entry.second));
-            linear_.clear();
-        }
-        hashed_.emplace(key, std::move(value));
-    }
-
-  private:
-    static constexpr size_t kLinearEntries = 16;
-    c10::SmallVector<std::pair<const c10::StorageImpl *, Value>, 4> linear_;
-    std::unordered_map<const c10::StorageImpl *, Value> hashed_;
-};
-
-// A few device indices, each once (a call's devices: one, or two for cross-device copies).
-class DeviceSet
-{
-  public:
-    void insert(c10::DeviceIndex index)
-    {
-        if (std::find(indices_.begin(), indices_.end(), index) == indices_.end())
-            indices_.push_back(index);
-    }
-    bool empty() const
-    {
-        return indices_.empty();
-    }
-    const c10::DeviceIndex *begin() const
-    {
-        return indices_.begin();
-    }
-    const c10::DeviceIndex *end() const
-    {
-        return indices_.end();
-    }
-
-  private:
-    c10::SmallVector<c10::DeviceIndex, 2> indices_;
 };
 
 // One device tensor argument (or list element) and its CPU stand-in.
@@ -248,10 +184,9 @@ class FallbackCall
     // default generator: lend it the device generator's state for the call.
     bool swap_default_cpu_generator_ = false;
     at::Generator saved_cpu_state_;
-    DeviceSet pending_copies_;                  // devices whose current stream has H2D copies
-    c10::SmallVector<c10::Storage, 2> retired_; // CPU storages of outputs made device tensors
-    size_t staged_in_ = 0;                      // bytes copied from the device for the kernel
-    size_t staged_out_ = 0;                     // and back
+    DeviceSet pending_copies_; // devices whose current stream has H2D copies
+    size_t staged_in_ = 0;     // bytes copied from the device for the kernel
+    size_t staged_out_ = 0;    // and back
 
     // Random fills write every element of self and read none of them.
     bool fillsSelf() const
@@ -595,16 +530,19 @@ class FallbackCall
         fresh_outputs_.insert(impl, storage);
         return storage;
     }
-    std::vector<c10::Storage> keep_alive_;
+    // CPU storages of outputs that must outlive the call: those whose copy to the device may
+    // still run, and those whose tensor became the device tensor (fresh_outputs_ is keyed by
+    // their address).
+    c10::SmallVector<c10::Storage, 2> keep_alive_;
 
-    // Whether the kernel's output cpu, whose device storage is storage, can be turned into the
-    // device tensor itself: a plain tensor that only the stack refers to.
-    static bool canBecomeDeviceTensor(const at::Tensor &cpu, const c10::Storage &storage)
+    // Whether the kernel's output cpu can be turned into the device tensor itself: a plain
+    // tensor that only the stack refers to.
+    static bool canBecomeDeviceTensor(const at::Tensor &cpu)
     {
         const c10::TensorImpl *impl = cpu.unsafeGetTensorImpl();
         return cpu.use_count() == 1 && typeid(*impl) == typeid(c10::TensorImpl) &&
                !impl->is_wrapped_number() && !cpu._is_zerotensor() &&
-               impl->allow_tensor_metadata_change() && storage.device().type() == kDeviceType &&
+               impl->allow_tensor_metadata_change() &&
                impl->key_set().highestBackendKey() == c10::BackendComponent::CPUBit;
     }
 
@@ -625,16 +563,13 @@ class FallbackCall
                 g_counters.outputs_aliased++;
         } else {
             storage = freshDeviceStorage(cpu.storage());
-            if (is_output && in_place_ && canBecomeDeviceTensor(cpu, storage)) {
+            if (is_output && in_place_ && canBecomeDeviceTensor(cpu)) {
                 // Nothing else refers to the kernel's own output: it becomes the device tensor
-                // (storage and dispatch keys swapped), rather than a new one built beside it.
-                // Its CPU storage stays alive until the call ends (fresh_outputs_ is keyed by
-                // its address).
+                // (storage and dispatch keys swapped; sizes, strides and offset stay), rather
+                // than a new one built beside it.
                 c10::TensorImpl *impl = cpu.unsafeGetTensorImpl();
-                retired_.push_back(cpu.storage());
-                int64_t offset = cpu.storage_offset();
+                keep_alive_.push_back(cpu.storage());
                 impl->set_storage_keep_dtype(std::move(storage));
-                impl->set_storage_offset(offset);
                 impl->_change_backend_component_keys(c10::Device(kDeviceType, target_));
                 return cpu;
             }

@@ -5,10 +5,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <mutex>
-#include <string>
 #include <unordered_map>
 
 namespace torch_hal
@@ -123,7 +123,7 @@ void recordMemoryAllocation(c10::DeviceIndex index, void *address, size_t size, 
         auto trace = g_traces.find(index);
         if (trace != g_traces.end() && g_settings.stacks_of_alloc)
             for (auto e = trace->second.rbegin(); e != trace->second.rend(); ++e)
-                if (std::string(e->action) == "segment_alloc" &&
+                if (std::strcmp(e->action, "segment_alloc") == 0 &&
                     e->address == segment->segment.address) {
                     e->context = context;
                     break;
@@ -173,13 +173,9 @@ void recordMemorySegments(c10::DeviceIndex index, const std::vector<MemorySegmen
         return it != set.end() && it->second.segment.size == s.size;
     };
     std::map<uintptr_t, KnownSegment> now;
-    for (const MemorySegment &s : segments) {
-        auto it = known.find(s.address);
-        if (same(known, s))
-            now[s.address] = it->second; // keeps its stack
-        else
-            now[s.address] = { s, !note_only, nullptr };
-    }
+    for (const MemorySegment &s : segments)
+        now[s.address] = same(known, s) ? known[s.address] // keeps its stack
+                                        : KnownSegment{ s, !note_only, nullptr };
     if (!note_only && g_settings.record_trace) {
         const int64_t at = nowMicroseconds();
         for (const auto &[address, k] : known)
