@@ -37,6 +37,7 @@ void registerAll()
         registerAutocast();
         registerRnnCells();
         registerAttention();
+        registerDropout();
         registerProfilerStubs();
         // TORCH_HAL_KINETO_PROFILER=0 leaves the device out of torch.profiler: the bench
         // measures what a registered but idle profiler costs against that.

@@ -16,6 +16,7 @@ void registerFallback();       // the boxed CPU fallback (aten/FallbackRegistrat
 void registerAutocast();       // AutocastPrivateUse1 (aten/Autocast.cpp)
 void registerRnnCells();       // the fused LSTM and GRU cells (aten/Rnn.cpp)
 void registerAttention();      // the fused attention kernels (aten/Attention.cpp)
+void registerDropout();        // dropout's path on host-addressable devices (aten/Dropout.cpp)
 void registerProfilerStubs();  // the legacy profiler's device hooks (runtime/Profiler.cpp)
 void registerKinetoProfiler(); // the device in torch.profiler (runtime/KinetoProfiler.cpp)
 
