@@ -34,6 +34,11 @@ size_t spanBytes(const at::Tensor &t);
 // semantics are kept exactly.
 void cpuFallback(const c10::OperatorHandle &op, torch::jit::Stack *stack);
 
+// The first time it runs on a thread of a host-addressable backend (not autograd's own), turns
+// autograd's multithreading off for that thread, so that its backward runs on it as the CPU's
+// does (FallbackThreads.cpp). Thread safety: safe; acts on the calling thread only.
+void backwardOnCallingThread();
+
 // On the autograd engine's device threads, sets the intra-op threads to those of the last
 // other thread that ran a kernel on the device; elsewhere notes this thread's
 // (FallbackThreads.cpp). Thread safety: safe.

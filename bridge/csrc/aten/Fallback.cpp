@@ -733,6 +733,7 @@ class FallbackCall
 
 void cpuFallback(const c10::OperatorHandle &op, torch::jit::Stack *stack)
 {
+    backwardOnCallingThread();
     matchCallerThreads();
     FallbackCall(op, stack).run();
 }

@@ -79,6 +79,7 @@ at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarT
                                std::optional<c10::MemoryFormat> memory_format)
 {
     checkFactoryOptions(layout, pin_memory);
+    backwardOnCallingThread(); // compiled graphs allocate on the device without the fallback
     const c10::DeviceGuard guard(c10::device_or_default(device));
     return at::detail::empty_generic(size, deviceAllocator(), kDeviceKeys,
                                      c10::dtype_or_default(dtype), memory_format);
@@ -89,6 +90,7 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
                          std::optional<c10::Device> device, std::optional<bool> pin_memory)
 {
     checkFactoryOptions(layout, pin_memory);
+    backwardOnCallingThread();
     const c10::DeviceGuard guard(c10::device_or_default(device));
     return at::detail::empty_strided_generic(size, stride, deviceAllocator(), kDeviceKeys,
                                              c10::dtype_or_default(dtype));
