@@ -307,6 +307,25 @@ at::Tensor copy_from(const at::Tensor &self, const at::Tensor &dst, bool non_blo
     return dst;
 }
 
+// aten::copy_ where either side is a device tensor. PyTorch's own copy_ sends every such copy on
+// to _copy_from through the dispatcher, a second operator per copy (a third of the bench
+// model's training step's copies: autocast's casts); this calls it directly, after the checks
+// copy_ makes first (aten/src/ATen/native/Copy.cpp).
+at::Tensor &copy_(at::Tensor &self, const at::Tensor &src, bool non_blocking)
+{
+    TORCH_CHECK(self.defined(), "self is undefined");
+    TORCH_CHECK(src.defined(), "src is undefined");
+    TORCH_CHECK(!self._is_zerotensor(), "ZeroTensors are immutable. Please materialize the tensor "
+                                        "using `.clone()`, if you want a mutable tensor.");
+    if (src._is_zerotensor())
+        return self.zero_();
+    if (self.is_same(src) || self.is_meta())
+        return self;
+    TORCH_CHECK_NOT_IMPLEMENTED(!src.is_meta(), "Cannot copy out of meta tensor; no data!");
+    copy_from(src, self, non_blocking);
+    return self;
+}
+
 void resizeImpl(c10::TensorImpl *self, c10::IntArrayRef size, at::OptionalIntArrayRef stride);
 
 at::Tensor copy_from_and_resize(const at::Tensor &self, const at::Tensor &dst)
@@ -547,6 +566,7 @@ void registerOperators()
                                         __FILE__, __LINE__);
     m->impl("empty.memory_format", TORCH_FN(empty_memory_format));
     m->impl("empty_strided", TORCH_FN(empty_strided));
+    m->impl("copy_", TORCH_FN(copy_));
     m->impl("_copy_from", TORCH_FN(copy_from));
     m->impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
     m->impl("resize_", TORCH_FN(resize_));
