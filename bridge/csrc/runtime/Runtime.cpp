@@ -261,11 +261,17 @@ void checkDeviceIndex(c10::DeviceIndex index)
                 " devices available)");
 }
 
+bool ownsDevice(c10::DeviceIndex index) noexcept
+{
+    return g_state != nullptr && index >= 0 && index < deviceCount() &&
+           g_state->devices[static_cast<size_t>(index)]->handle != nullptr;
+}
+
 void checkDevice(c10::DeviceIndex index)
 {
-    checkDeviceIndex(index);
-    if (C10_LIKELY(g_state->devices[static_cast<size_t>(index)]->handle != nullptr))
+    if (C10_LIKELY(ownsDevice(index))) // every device operator asks several times
         return;
+    checkDeviceIndex(index);
     const std::string &type = g_state->device_type_name;
     std::string mine = type + ":" + std::to_string(g_state->first_owned);
     if (g_state->owned_count > 1)
@@ -277,12 +283,6 @@ void checkDevice(c10::DeviceIndex index)
                 " on the node). Use the device of this process's local rank, "
                 "torch.device(\"",
                 type, "\", int(os.environ[\"LOCAL_RANK\"])), or \"", type, "\" alone.");
-}
-
-bool ownsDevice(c10::DeviceIndex index) noexcept
-{
-    return g_state != nullptr && index >= 0 && index < deviceCount() &&
-           g_state->devices[static_cast<size_t>(index)]->handle != nullptr;
 }
 
 hal_device_t halDevice(c10::DeviceIndex index)
