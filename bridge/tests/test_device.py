@@ -562,6 +562,107 @@ def test_random_fills_of_whole_storages_are_not_staged_in(device_type, host_addr
     assert got[:2].eq(0).all() and got[5:].eq(0).all() and got[2:5].ge(1).all()
 
 
+# ---- Where the CPU's paths are taken: dropout, the backward's thread, copies ------------------
+
+def test_dropout_takes_the_cpu_path_on_host_addressable_devices(device_type, host_addressable):
+    """aten::dropout sends every PrivateUse1 tensor to the fused native_dropout. On a
+    host-addressable device the bridge takes the CPU's composite path (a mask drawn and scaled,
+    one multiply each way: two copies and a multiply fewer); a device that stages keeps the
+    fused operator. Both give the CPU's values."""
+    x = torch.randn(64, 32)
+    runs = {}
+    for dev in ("cpu", device_type):
+        xd = x.to(dev, copy=True).requires_grad_()
+        torch.manual_seed(3)
+        y = torch.nn.functional.dropout(xd, 0.25)
+        y.backward(torch.full_like(y, 2.0))
+        runs[dev] = (y.detach().cpu(), xd.grad.cpu(), type(y.grad_fn).__name__)
+    assert torch.equal(runs["cpu"][0], runs[device_type][0])
+    assert torch.equal(runs["cpu"][1], runs[device_type][1])
+    assert runs["cpu"][2] == "MulBackward0"
+    assert runs[device_type][2] == ("MulBackward0" if host_addressable
+                                    else "NativeDropoutBackward0")
+    # Not training, or p=0: the input itself, as on the CPU.
+    xd = x.to(device_type)
+    assert torch.nn.functional.dropout(xd, 0.0) is xd
+    assert torch.nn.functional.dropout(xd, 0.5, training=False) is xd
+    with pytest.raises(RuntimeError, match="dropout probability has to be between 0 and 1"):
+        torch.dropout(xd, 1.5, True)
+
+
+def test_dropout_traces_as_on_the_cpu(device_type):
+    """What torch.compile traces is the decomposition the CPU's trace has (native_dropout),
+    whatever path eager takes."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    def traced_ops(device):
+        graphs = []
+
+        def record(gm, _inputs):
+            graphs.append(sorted(str(n.target) for n in gm.graph.nodes
+                                 if n.op == "call_function"))
+            return gm
+
+        torch._dynamo.reset()
+        fn = torch.compile(lambda t: torch.nn.functional.dropout(t * 2, 0.5),
+                           backend=aot_autograd(fw_compiler=record))
+        fn(torch.randn(8, 8, device=device, requires_grad=True))
+        return graphs[0]
+
+    assert traced_ops(device_type) == traced_ops("cpu")
+    assert "aten.native_dropout.default" in traced_ops(device_type)
+
+
+def test_backward_runs_on_the_calling_thread_on_host_addressable_devices(device_type,
+                                                                        host_addressable):
+    """Autograd hands each backward() of a non-CPU device to a worker thread of the device
+    (two thread wake-ups, and the GIL handed over for every Python hook). A host-addressable
+    device's kernels are the CPU's, and its backward runs on the calling thread as the CPU's
+    does; torch.autograd.set_multithreading_enabled(True) brings the worker back. A device
+    that stages keeps autograd's worker."""
+    import threading
+
+    def backward_thread(multithreading=None):
+        x = torch.ones(4, device=device_type, requires_grad=True)
+        seen = []
+        x.register_hook(lambda grad: seen.append(threading.get_ident()))
+        y = (x * 2).sum()
+        if multithreading is None:
+            y.backward()
+        else:
+            with torch.autograd.set_multithreading_enabled(multithreading):
+                y.backward()
+        return seen[0]
+
+    caller = threading.get_ident()
+    assert (backward_thread() == caller) == host_addressable
+    assert backward_thread(multithreading=True) != caller
+    assert (backward_thread() == caller) == host_addressable  # the setting was restored
+    on_own_thread = []
+    other = threading.Thread(
+        target=lambda: on_own_thread.append(backward_thread() == threading.get_ident()))
+    other.start()
+    other.join()
+    assert on_own_thread == [host_addressable]
+
+
+def test_a_device_copy_is_one_operator(device_type):
+    """PyTorch's copy_ sends every copy involving a PrivateUse1 tensor to _copy_from, a second
+    operator through the dispatcher; the device's own copy_ does the copy itself."""
+    from torch.profiler import ProfilerActivity, profile
+
+    x = torch.randn(8, device=device_type)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        half = x.to(torch.bfloat16)
+        back = x.cpu()
+        moved = torch.ones(8).to(device_type)
+    names = [event.name for event in prof.events()]
+    assert names.count("aten::copy_") == 3
+    assert "aten::_copy_from" not in names
+    assert torch.equal(half.cpu(), back.to(torch.bfloat16))
+    assert torch.equal(moved.cpu(), torch.ones(8))
+
+
 # ---- Training ---------------------------------------------------------------------------------
 
 def _train(device, steps=5):
