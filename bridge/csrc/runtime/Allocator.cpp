@@ -593,6 +593,10 @@ void recordHostBlockOnStream(void *block, const c10::Stream &stream)
 
 void installCpuAllocatorRouting()
 {
+    // Asked on every fallback call: std::call_once alone costs two thread-local writes a call.
+    static std::atomic<bool> installed{ false };
+    if (C10_LIKELY(installed.load(std::memory_order_acquire)))
+        return;
     static std::once_flag once;
     std::call_once(once, [] {
         g_base_cpu_allocator = c10::GetCPUAllocator();
@@ -602,6 +606,7 @@ void installCpuAllocatorRouting()
         c10::SetCPUAllocator(&routing, /*priority=*/0);
         for (c10::DeviceIndex i = 0; i < deviceCount(); ++i)
             g_device_backed_cpu_allocators.push_back(std::make_unique<DeviceBackedCpuAllocator>(i));
+        installed.store(true, std::memory_order_release);
     });
 }
 
