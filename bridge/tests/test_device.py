@@ -535,6 +535,30 @@ def test_fallback_is_zero_copy_on_host_addressable_devices(device_type, host_add
     assert b.device.type == device_type
 
 
+def test_fallback_stand_ins_reused_across_calls_keep_each_calls_data(device_type):
+    """On a host-addressable device a thread reuses the CPU tensors standing in for operator
+    arguments from call to call; what a kernel keeps (a view it returns, a storage it resized
+    for out=) is not reused. Whatever the device, a run of operators of different dtypes,
+    shapes, views and out= resizes gives the CPU's results and leaves its inputs alone."""
+    torch.manual_seed(0)
+    for dtype in (torch.float32, torch.float64, torch.int32, torch.bfloat16):
+        a = (torch.randn(5, 7) * 10).to(dtype)
+        b = (torch.randn(7) * 10).to(dtype)
+        da, db = a.to(device_type), b.to(device_type)
+        assert torch.equal((da + db).cpu(), a + b)
+        assert torch.equal((da * db).cpu(), a * b)
+        pieces = torch.split(da.t(), 2)  # views of one argument's storage
+        assert all(torch.equal(p.cpu(), q) for p, q in zip(pieces, torch.split(a.t(), 2)))
+        out = torch.empty(0, device=device_type, dtype=dtype)
+        torch.add(da, db, out=out)  # out= resizes the argument's storage
+        assert torch.equal(out.cpu(), a + b)
+        window = da[1:3]
+        window.mul_(2)  # in place on part of a storage
+        a[1:3].mul_(2)
+        assert torch.equal(da.cpu(), a) and torch.equal(db.cpu(), b)
+        assert torch.equal(pieces[0].cpu(), a.t()[:2])
+
+
 def test_random_fills_of_whole_storages_are_not_staged_in(device_type, host_addressable):
     """A random fill (bernoulli_, uniform_, ...) writes every element of self: on a device
     that stages, a tensor that is its storage's whole is not copied to the host first. A view

@@ -14,28 +14,30 @@
 // device. Views of inputs are still returned as device views.
 //
 // Either way in-place, out= (including resizes) and view semantics match the CPU kernel's.
-// Its registration is FallbackRegistration.cpp's; the intra-op threads of the autograd
-// engine's device threads are FallbackThreads.cpp's.
-#include <ATen/CPUGeneratorImpl.h>
+// Its registration is FallbackRegistration.cpp's; where autograd runs its backward and with how
+// many intra-op threads, FallbackThreads.cpp's; the generators it lends CPU kernels,
+// FallbackGenerators.cpp's; the stand-ins it reuses, FallbackStandIns.cpp's.
 #include <ATen/core/Generator.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/StorageImpl.h>
+#include <c10/util/MaybeOwned.h>
 #include <c10/util/SmallVector.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstring>
-#include <mutex>
+#include <iterator>
 #include <typeinfo>
 #include <vector>
 
 #include "aten/Common.h"
 #include "aten/FallbackContainers.h"
+#include "aten/FallbackGenerators.h"
+#include "aten/FallbackStandIns.h"
 #include "runtime/Allocator.h"
 #include "runtime/DeviceActivity.h"
-#include "runtime/Register.h" // defaultGenerator
 
 namespace torch_hal
 {
@@ -61,15 +63,19 @@ struct Mirror {
     size_t wlo = kNoRange, whi = 0; // bytes the mutable arguments span
     const void *cpu_data = nullptr; // to detect kernels that resized the storage
     size_t cpu_nbytes = 0;
+    size_t uses = 0; // arguments (and list elements) in this storage
 };
 
 // One device tensor argument (or list element) and its CPU stand-in.
 struct Ref {
     size_t arg;
     bool write;
-    at::Tensor device;
+    // Borrowed from the call's arguments where it is one (a copy would cost two atomic
+    // reference-count updates), owned where it is a list's element.
+    c10::MaybeOwned<at::Tensor> device;
     at::Tensor cpu;
     size_t mirror;
+    bool stand_in = false; // cpu is a reusable stand-in (FallbackStandIns.h)
 };
 
 bool isGeneratorArgument(const c10::Argument &argument)
@@ -115,12 +121,12 @@ class FallbackCall
         try {
             runCpuKernel();
         } catch (...) {
-            restoreGenerators();
+            generators_.restore();
             throw;
         }
         if (profiled)
             times[2] = deviceActivityNow();
-        restoreGenerators();
+        generators_.restore();
         writeBackMutations();
         convertReturns();
         finishCopies();
@@ -128,6 +134,7 @@ class FallbackCall
             times[3] = deviceActivityNow();
             reportActivity(times);
         }
+        recycleStandIns();
     }
 
   private:
@@ -174,19 +181,12 @@ class FallbackCall
     StorageMap<size_t> mirror_of_cpu_;
     StorageMap<c10::Storage> fresh_outputs_;
     c10::SmallVector<size_t, 2> device_args_;
-    struct GeneratorSwap {
-        at::Generator device;
-        at::Generator cpu;
-        std::unique_lock<std::mutex> lock;
-    };
-    std::vector<GeneratorSwap> generators_;
-    // Random operators without a Generator argument (native_dropout) draw from the CPU
-    // default generator: lend it the device generator's state for the call.
-    bool swap_default_cpu_generator_ = false;
-    at::Generator saved_cpu_state_;
-    DeviceSet pending_copies_; // devices whose current stream has H2D copies
-    size_t staged_in_ = 0;     // bytes copied from the device for the kernel
-    size_t staged_out_ = 0;    // and back
+    GeneratorLoans generators_;
+    DeviceSet pending_copies_;                // devices whose current stream has H2D copies
+    c10::Allocator *cpu_allocator_ = nullptr; // deviceBackedCpuAllocator(cpu_allocator_index_)
+    c10::DeviceIndex cpu_allocator_index_ = -1;
+    size_t staged_in_ = 0;  // bytes copied from the device for the kernel
+    size_t staged_out_ = 0; // and back
 
     // Random fills write every element of self and read none of them.
     bool fillsSelf() const
@@ -214,9 +214,36 @@ class FallbackCall
         }
         if (self == nullptr)
             return false;
-        const at::Tensor &t = self->device;
+        const at::Tensor &t = *self->device;
         return t.storage_offset() == 0 && t.is_non_overlapping_and_dense() &&
                static_cast<size_t>(t.numel()) * t.itemsize() == t.storage().nbytes();
+    }
+
+    // The only argument in mirror m's storage, when a plain tensor (no zero, conjugate or
+    // negative bit): its stand-in may be a reusable one.
+    Ref *plainSoleRef(size_t m)
+    {
+        if (mirrors_[m].uses != 1)
+            return nullptr;
+        for (Ref &ref : refs_) {
+            if (ref.mirror != m)
+                continue;
+            const at::Tensor &t = *ref.device;
+            bool plain = !t._is_zerotensor() && !t.is_conj() && !t.is_neg();
+            return plain ? &ref : nullptr;
+        }
+        return nullptr;
+    }
+
+    // After the call: stand-ins nothing else refers to serve the thread's next calls.
+    void recycleStandIns()
+    {
+        for (Ref &ref : refs_) {
+            if (!ref.stand_in)
+                continue;
+            mirrors_[ref.mirror].cpu = c10::Storage();
+            recycleStandIn(std::move(ref.cpu));
+        }
     }
 
     // Copies may legitimately mix devices; every other operator must not.
@@ -227,7 +254,8 @@ class FallbackCall
                name == "aten::_copy_from_and_resize";
     }
 
-    void addRef(size_t arg, bool write, const at::Tensor &t)
+    // `t` is borrowed when `borrow` (it outlives the call: an element of original_args_).
+    void addRef(size_t arg, bool write, const at::Tensor &t, bool borrow = false)
     {
         if (!isDeviceTensor(t))
             return;
@@ -258,18 +286,23 @@ class FallbackCall
             m = *found;
         }
         mirrors_[m].written = mirrors_[m].written || write;
-        refs_.push_back(Ref{ arg, write, t, at::Tensor(), m });
+        mirrors_[m].uses++;
+        refs_.push_back(Ref{ arg, write,
+                             borrow ? c10::MaybeOwned<at::Tensor>::borrowed(t)
+                                    : c10::MaybeOwned<at::Tensor>::owned(std::in_place, t),
+                             at::Tensor(), m });
     }
 
     // Staging: the bytes of each storage the arguments span, and those the mutable ones span.
     void measureSpans()
     {
         for (const Ref &ref : refs_) {
-            size_t span = spanBytes(ref.device);
+            size_t span = spanBytes(*ref.device);
             if (span == 0)
                 continue;
             Mirror &mirror = mirrors_[ref.mirror];
-            size_t from = static_cast<size_t>(ref.device.storage_offset()) * ref.device.itemsize();
+            size_t from =
+                static_cast<size_t>(ref.device->storage_offset()) * ref.device->itemsize();
             extend(mirror.lo, mirror.hi, from, from + span);
             if (ref.write)
                 extend(mirror.wlo, mirror.whi, from, from + span);
@@ -280,14 +313,17 @@ class FallbackCall
     {
         const auto &arguments = schema_.arguments();
         args_begin_ = stack_->size() - arguments.size();
-        original_args_.assign(stack_->begin() + static_cast<std::ptrdiff_t>(args_begin_),
-                              stack_->end());
+        // Moved, not copied (no reference counts touched): substituteArguments() puts back
+        // what the CPU kernel gets.
+        original_args_.assign(
+            std::make_move_iterator(stack_->begin() + static_cast<std::ptrdiff_t>(args_begin_)),
+            std::make_move_iterator(stack_->end()));
         for (size_t i = 0; i < arguments.size(); ++i) {
             const c10::IValue &v = original_args_[i];
             const c10::AliasInfo *alias = arguments[i].alias_info();
             bool write = alias != nullptr && alias->isWrite();
             if (v.isTensor()) {
-                addRef(i, write, v.toTensor());
+                addRef(i, write, v.toTensor(), /*borrow=*/true);
             } else if (v.isTensorList()) {
                 for (const at::Tensor &t : v.toTensorVector())
                     addRef(i, write, t);
@@ -321,10 +357,26 @@ class FallbackCall
             void *data = const_cast<void *>(dev->data());
             c10::intrusive_ptr<c10::StorageImpl> cpu;
             if (in_place_) {
+                if (mirror.index != cpu_allocator_index_) {
+                    cpu_allocator_ = deviceBackedCpuAllocator(mirror.index);
+                    cpu_allocator_index_ = mirror.index;
+                }
+                if (Ref *only = plainSoleRef(m)) {
+                    const at::Tensor &t = *only->device;
+                    only->cpu =
+                        aliasingStandIn(data, nbytes, cpu_allocator_, dev->resizable(), t.dtype(),
+                                        t.sizes(), t.strides(), t.storage_offset());
+                    only->stand_in = true;
+                    mirror.cpu = only->cpu.storage();
+                    mirror.cpu_data = mirror.cpu.data();
+                    mirror.cpu_nbytes = mirror.cpu.nbytes();
+                    mirror_of_cpu_.insert(mirror.cpu.unsafeGetStorageImpl(), m);
+                    continue;
+                }
                 cpu = c10::make_intrusive<c10::StorageImpl>(
                     c10::StorageImpl::use_byte_size_t(), nbytes,
-                    c10::DataPtr(data, c10::Device(c10::DeviceType::CPU)),
-                    deviceBackedCpuAllocator(mirror.index), dev->resizable());
+                    c10::DataPtr(data, c10::Device(c10::DeviceType::CPU)), cpu_allocator_,
+                    dev->resizable());
             } else {
                 // Mutable storages are staged whole, so that a kernel that resizes one (out=)
                 // sees exactly what it would see on CPU; others only over the bytes used.
@@ -354,8 +406,10 @@ class FallbackCall
             synchronizeCurrentStream(d);
 
         for (Ref &ref : refs_) {
+            if (ref.stand_in)
+                continue;
             const Mirror &mirror = mirrors_[ref.mirror];
-            const at::Tensor &t = ref.device;
+            const at::Tensor &t = *ref.device;
             // Efficient zero tensors (no data) keep their ZeroTensor key.
             c10::DispatchKeySet keys(c10::DispatchKey::CPU);
             if (t._is_zerotensor())
@@ -384,6 +438,8 @@ class FallbackCall
             if (v.isTensor()) {
                 if (next < refs_.size() && refs_[next].arg == i)
                     slot = refs_[next++].cpu;
+                else
+                    slot = v;
             } else if (v.isTensorList()) {
                 std::vector<at::Tensor> list = v.toTensorVector();
                 for (at::Tensor &t : list)
@@ -396,75 +452,16 @@ class FallbackCall
                     if (t.has_value() && isDeviceTensor(*t))
                         t = refs_[next++].cpu;
                 slot = c10::IValue(c10::List<std::optional<at::Tensor>>(list));
-            } else if (isGeneratorArgument(arguments[i])) {
-                substituteGenerator(slot);
+            } else {
+                slot = v;
+                if (isGeneratorArgument(arguments[i]))
+                    generators_.substitute(slot, target_, c10::toString(schema_.operator_name()));
             }
         }
         for (size_t i : device_args_)
             (*stack_)[args_begin_ + i] = c10::IValue(c10::Device(c10::DeviceType::CPU));
-        if (generators_.empty() && op_.hasTag(at::Tag::nondeterministic_seeded))
-            lendDefaultCpuGenerator();
-    }
-
-    static void copyGeneratorState(const at::Generator &from, const at::Generator &to)
-    {
-        auto *src = from.get<at::CPUGeneratorImpl>();
-        auto *dst = to.get<at::CPUGeneratorImpl>();
-        dst->set_engine(src->engine());
-        dst->set_next_float_normal_sample(src->next_float_normal_sample());
-        dst->set_next_double_normal_sample(src->next_double_normal_sample());
-    }
-
-    // The kernel locks the CPU generator itself, so it is only locked while states move;
-    // another thread drawing CPU random numbers during the call would see the device state.
-    void lendDefaultCpuGenerator()
-    {
-        at::Generator cpu = at::detail::getDefaultCPUGenerator();
-        at::Generator device = defaultGenerator(target_);
-        std::scoped_lock lock(cpu.mutex(), device.mutex());
-        saved_cpu_state_ = at::make_generator<at::CPUGeneratorImpl>();
-        copyGeneratorState(cpu, saved_cpu_state_);
-        copyGeneratorState(device, cpu);
-        swap_default_cpu_generator_ = true;
-    }
-
-    // CPU kernels accept only CPU generators. Run them on a CPU generator that carries the
-    // device generator's state, and copy the state back afterwards (under its lock).
-    void substituteGenerator(c10::IValue &slot)
-    {
-        at::Generator device;
-        if (slot.isNone())
-            device = defaultGenerator(target_);
-        else if (slot.isGenerator() && slot.toGenerator().device().type() == kDeviceType)
-            device = slot.toGenerator();
-        else
-            return;
-        for (const GeneratorSwap &swap : generators_)
-            TORCH_CHECK(swap.device.unsafeGetGeneratorImpl() != device.unsafeGetGeneratorImpl(),
-                        "torch_hal: the same generator is passed twice to ",
-                        schema_.operator_name());
-        GeneratorSwap swap;
-        swap.lock = std::unique_lock<std::mutex>(device.mutex());
-        swap.device = device;
-        swap.cpu = at::make_generator<at::CPUGeneratorImpl>();
-        copyGeneratorState(device, swap.cpu);
-        slot = c10::IValue(swap.cpu);
-        generators_.push_back(std::move(swap));
-    }
-
-    void restoreGenerators()
-    {
-        if (swap_default_cpu_generator_) {
-            at::Generator cpu = at::detail::getDefaultCPUGenerator();
-            at::Generator device = defaultGenerator(target_);
-            std::scoped_lock lock(cpu.mutex(), device.mutex());
-            copyGeneratorState(cpu, device);
-            copyGeneratorState(saved_cpu_state_, cpu);
-            swap_default_cpu_generator_ = false;
-        }
-        for (GeneratorSwap &swap : generators_)
-            copyGeneratorState(swap.cpu, swap.device);
-        generators_.clear(); // unlocks
+        if (op_.hasTag(at::Tag::nondeterministic_seeded))
+            generators_.lendDefaultCpuGeneratorUnlessSubstituted(target_);
     }
 
     void runCpuKernel()
@@ -641,7 +638,7 @@ class FallbackCall
                 continue;
             const at::Tensor &cpu = ref.cpu;
             at::Tensor converted = toDevice(cpu, /*is_output=*/false);
-            c10::TensorImpl *impl = ref.device.unsafeGetTensorImpl();
+            c10::TensorImpl *impl = ref.device->unsafeGetTensorImpl();
             if (!impl->storage().is_alias_of(converted.storage()))
                 impl->set_storage_keep_dtype(converted.storage());
             if (impl->sizes() != converted.sizes() || impl->strides() != converted.strides() ||

@@ -1,0 +1,81 @@
+// SPDX-License-Identifier: Apache-2.0
+// The fallback's reusable CPU stand-ins (FallbackStandIns.h).
+#include "aten/FallbackStandIns.h"
+
+#include <ATen/core/TensorBody.h>
+#include <c10/core/InferenceMode.h>
+#include <c10/core/StorageImpl.h>
+#include <c10/core/TensorImpl.h>
+#include <c10/util/SmallVector.h>
+
+#include <typeinfo>
+
+namespace torch_hal
+{
+namespace
+{
+
+constexpr size_t kKeptPerThread = 8;
+
+thread_local c10::SmallVector<at::Tensor, kKeptPerThread> tl_kept;
+// The dispatch keys a new stand-in gets outside inference mode (the TensorImpl adds autograd's
+// to the CPU key); a stand-in with others is not kept.
+thread_local c10::DispatchKeySet tl_new_keys;
+
+} // namespace
+
+at::Tensor aliasingStandIn(void *data, size_t nbytes, c10::Allocator *allocator, bool resizable,
+                           caffe2::TypeMeta dtype, c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                           int64_t storage_offset)
+{
+    auto &kept = tl_kept;
+    at::Tensor stand_in;
+    if (!kept.empty() && !c10::InferenceMode::is_enabled()) {
+        stand_in = std::move(kept.back());
+        kept.pop_back();
+        c10::TensorImpl *impl = stand_in.unsafeGetTensorImpl();
+        c10::StorageImpl *storage = impl->unsafe_storage().unsafeGetStorageImpl();
+        storage->set_data_ptr_noswap(c10::DataPtr(data, c10::Device(c10::DeviceType::CPU)));
+        storage->set_nbytes(nbytes);
+        storage->set_allocator(allocator);
+        storage->set_resizable(resizable);
+        impl->set_storage_and_dtype(impl->unsafe_storage(), dtype);
+    } else {
+        auto storage = c10::make_intrusive<c10::StorageImpl>(
+            c10::StorageImpl::use_byte_size_t(), nbytes,
+            c10::DataPtr(data, c10::Device(c10::DeviceType::CPU)), allocator, resizable);
+        stand_in = at::detail::make_tensor<c10::TensorImpl>(
+            c10::Storage(std::move(storage)), c10::DispatchKeySet(c10::DispatchKey::CPU), dtype);
+        if (!c10::InferenceMode::is_enabled())
+            tl_new_keys = stand_in.key_set();
+    }
+    stand_in.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides, storage_offset);
+    return stand_in;
+}
+
+void recycleStandIn(at::Tensor &&stand_in)
+{
+    at::Tensor released = std::move(stand_in);
+    auto &kept = tl_kept;
+    if (kept.size() >= kKeptPerThread || !released.defined())
+        return;
+    const c10::TensorImpl *impl = released.unsafeGetTensorImpl();
+    if (!impl->has_storage())
+        return;
+    const c10::Storage &storage = impl->unsafe_storage();
+    // Only what aliasingStandIn made, as it made it, with no one else holding either part: the
+    // kernel may have kept the storage (a view it returned), resized or replaced it (out=), or
+    // changed the tensor's flags.
+    bool plain = typeid(*impl) == typeid(c10::TensorImpl) &&
+                 typeid(*storage.unsafeGetStorageImpl()) == typeid(c10::StorageImpl) &&
+                 released.use_count() == 1 && released.weak_use_count() == 1 &&
+                 storage.use_count() == 1 &&
+                 storage.getWeakStorageImpl().weak_use_count() == 2 && // with this one
+                 !storage.data_ptr().get_context() && impl->key_set() == tl_new_keys &&
+                 impl->allow_tensor_metadata_change() && !impl->is_wrapped_number() &&
+                 !impl->is_conj() && !impl->is_neg();
+    if (plain)
+        kept.push_back(std::move(released));
+}
+
+} // namespace torch_hal

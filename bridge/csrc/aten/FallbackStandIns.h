@@ -1,0 +1,34 @@
+// SPDX-License-Identifier: Apache-2.0
+// The CPU stand-ins the fallback gives a CPU kernel for device tensors on host-addressable
+// devices, reused from call to call on a thread.
+//
+// Each argument's stand-in is a CPU TensorImpl with a CPU StorageImpl aliasing the device
+// memory. Making and freeing the two took about a sixth of a trivial operator's bridge cost
+// (two allocations and frees, their constructors and the TensorImpl's inference-mode checks).
+// A stand-in that nothing else refers to after the call (neither the tensor nor its storage, no
+// weak references either) is kept for the next call and pointed at the next argument's memory.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Allocator.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace torch_hal
+{
+
+// A plain CPU tensor of the given dtype and geometry whose storage (of its own) aliases `data`
+// (nbytes bytes; `allocator` and `resizable` as the storage's): one of this thread's kept
+// stand-ins when there is one, else a new one. Outside inference mode only (inference tensors
+// have other dispatch keys); there it always makes a new one. Thread safety: per thread.
+at::Tensor aliasingStandIn(void *data, size_t nbytes, c10::Allocator *allocator, bool resizable,
+                           caffe2::TypeMeta dtype, c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                           int64_t storage_offset);
+
+// Keeps a stand-in from aliasingStandIn for this thread's next calls when nothing else refers to
+// it or its storage, it is still a plain CPU tensor, and fewer than a handful are kept; else
+// lets it go. Thread safety: per thread.
+void recycleStandIn(at::Tensor &&stand_in);
+
+} // namespace torch_hal
