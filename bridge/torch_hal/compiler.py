@@ -380,6 +380,7 @@ def _make_codegen(device_type):
             super().write_header()
             self.imports.writeline(
                 "from torch_hal.compiler import load_host_kernel, load_triton_kernel")
+            self.imports.writeline("from torch_hal._C import _empty_strided as hal_empty_strided")
 
         def _generate_kernel_call_helper(self, kernel_name, call_args, *, device=None,
                                          triton=True, **kwargs):
@@ -396,13 +397,15 @@ def _make_codegen(device_type):
             if device.type != device_type:
                 return super().make_allocation(name, device, dtype, shape, stride,
                                                allocation_shape, is_pinned)
-            # The generic line names the device type only ("hal"), which is the *current*
-            # device at run time; name the graph's device.
+            # The generic line (torch.empty_strided, about 2 us a buffer) names the device type
+            # only ("hal"), which is the *current* device at run time. The device's own
+            # allocation, as Inductor's empty_strided_cpu/_cuda for its devices, on the
+            # graph's device.
             allocation_shape = shape if allocation_shape is None else allocation_shape
             shape_s = self.codegen_python_shape_tuple(shape)
             alloc_s = self.codegen_python_shape_tuple(allocation_shape)
             stride_s = self.codegen_python_shape_tuple(stride)
-            out = f"{name} = empty_strided({alloc_s}, {stride_s}, device='{device}', dtype={dtype})"
+            out = f"{name} = hal_empty_strided({alloc_s}, {stride_s}, {dtype}, {device.index or 0})"
             if shape_s != alloc_s:
                 out += f".as_strided({shape_s}, {stride_s})"
             return out

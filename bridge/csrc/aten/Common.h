@@ -24,6 +24,12 @@ at::Tensor wrapDeviceStorage(c10::Storage storage, c10::IntArrayRef sizes, c10::
                              int64_t storage_offset, caffe2::TypeMeta dtype,
                              c10::DispatchKeySet keys = c10::DispatchKeySet(kDeviceKey));
 
+// An uninitialised device tensor from the device's caching allocator: the device's
+// empty_strided kernel without the dispatcher (compiled graphs' buffers). Throws for a device
+// this process does not own. Thread safety: safe.
+at::Tensor emptyStridedOnDevice(c10::IntArrayRef size, c10::IntArrayRef stride,
+                                c10::ScalarType dtype, c10::DeviceIndex index);
+
 // Bytes of storage a strided tensor spans, from its first element; 0 when it is empty.
 size_t spanBytes(const at::Tensor &t);
 

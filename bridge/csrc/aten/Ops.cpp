@@ -96,6 +96,18 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
                                              c10::dtype_or_default(dtype));
 }
 
+} // namespace
+
+at::Tensor emptyStridedOnDevice(c10::IntArrayRef size, c10::IntArrayRef stride,
+                                c10::ScalarType dtype, c10::DeviceIndex index)
+{
+    return empty_strided(size, stride, dtype, std::nullopt, c10::Device(kDeviceType, index),
+                         std::nullopt);
+}
+
+namespace
+{
+
 // ---- Copies ---------------------------------------------------------------------------------
 
 // Same sizes and the same strides wherever they matter (dimensions longer than 1).

@@ -15,6 +15,7 @@
 
 #include "aten/Common.h"
 #include "distributed/Bindings.h"
+#include "python/CompiledAllocation.h"
 #include "python/MemorySnapshot.h"
 #include "python/Programs.h"
 #include "runtime/Register.h"
@@ -203,6 +204,7 @@ PYBIND11_MODULE(_C, m)
     m.def("_last_error_message", [] { return std::string(hal_last_error_message()); });
     initProgramBindings(m);
     initMemorySnapshotBindings(m);
+    initCompiledAllocationBindings(m);
     m.def(
         "_init_distributed",
         [] {
