@@ -51,8 +51,10 @@ std::mutex g_open_mutex;
 
 // -1 until the thread sets one: the current device is then the process's first device.
 thread_local c10::DeviceIndex tl_current_device = -1;
-// Current stream id per device for this thread (0 = default stream).
-thread_local std::vector<c10::StreamId> tl_current_streams;
+// Current stream id per device for this thread (0 = default stream). A plain array (device
+// indices are below 128): read on every device operator, without a thread-local constructor's
+// guard.
+thread_local c10::StreamId tl_current_streams[128] = {};
 
 // The name PyTorch's PrivateUse1 device takes: the backend's device-type name, unless that is
 // one of PyTorch's own device types (the cuda backend's "cuda"), which PrivateUse1 cannot be
@@ -226,6 +228,9 @@ bool openBackend(const std::string &name, std::string *error)
         opened.push_back(std::move(dev));
     }
     placeOnNode(*st, std::move(opened));
+    for (size_t i = 0; i < st->devices.size() && i < 128; ++i)
+        if (st->devices[i]->handle != nullptr)
+            detail::g_owned_devices[i >> 6] |= uint64_t{ 1 } << (i & 63);
     g_state = st.release();
     return true;
 }
@@ -261,16 +266,12 @@ void checkDeviceIndex(c10::DeviceIndex index)
                 " devices available)");
 }
 
-bool ownsDevice(c10::DeviceIndex index) noexcept
+namespace detail
 {
-    return g_state != nullptr && index >= 0 && index < deviceCount() &&
-           g_state->devices[static_cast<size_t>(index)]->handle != nullptr;
-}
+uint64_t g_owned_devices[2] = { 0, 0 };
 
-void checkDevice(c10::DeviceIndex index)
+void throwNotOwned(c10::DeviceIndex index)
 {
-    if (C10_LIKELY(ownsDevice(index))) // every device operator asks several times
-        return;
     checkDeviceIndex(index);
     const std::string &type = g_state->device_type_name;
     std::string mine = type + ":" + std::to_string(g_state->first_owned);
@@ -284,6 +285,8 @@ void checkDevice(c10::DeviceIndex index)
                 "torch.device(\"",
                 type, "\", int(os.environ[\"LOCAL_RANK\"])), or \"", type, "\" alone.");
 }
+
+} // namespace detail
 
 hal_device_t halDevice(c10::DeviceIndex index)
 {
@@ -388,10 +391,8 @@ hal_stream_t poolStream(DeviceState &dev, c10::StreamId id)
     return s;
 }
 
-std::vector<c10::StreamId> &threadStreams()
+c10::StreamId *threadStreams()
 {
-    if (tl_current_streams.size() < static_cast<size_t>(deviceCount()))
-        tl_current_streams.resize(static_cast<size_t>(deviceCount()), 0);
     return tl_current_streams;
 }
 
@@ -430,7 +431,7 @@ c10::Stream exchangeStream(c10::Stream stream)
     TORCH_CHECK(stream.device_type() == kDeviceType, "torch_hal: expected a ", deviceTypeName(),
                 " stream, got a stream of ", stream.device());
     halStream(stream); // validates the id
-    auto &streams = threadStreams();
+    c10::StreamId *streams = threadStreams();
     c10::Stream previous = makeStream(index, streams[static_cast<size_t>(index)]);
     streams[static_cast<size_t>(index)] = stream.id();
     return previous;
@@ -449,7 +450,15 @@ hal_stream_t halStream(const c10::Stream &stream)
 
 hal_stream_t currentHalStream(c10::DeviceIndex index)
 {
-    return halStream(currentStream(index));
+    // Every device operator asks (the fallback synchronises first): the current stream's id
+    // and handle straight from the tables, once the index is known to be this process's.
+    index = resolveDevice(index);
+    checkDevice(index);
+    DeviceState &dev = *g_state->devices[static_cast<size_t>(index)];
+    c10::StreamId id = threadStreams()[static_cast<size_t>(index)];
+    if (id == 0)
+        return dev.default_stream;
+    return halStream(makeStream(index, id));
 }
 
 int32_t streamPriority(const c10::Stream &stream)

@@ -69,9 +69,26 @@ const std::string &deviceTypeName(); // the name PyTorch shows, e.g. "hal", "neu
 c10::DeviceIndex deviceCount() noexcept; // 0 while no backend is open
 // Throws unless the index names a device of the node.
 void checkDeviceIndex(c10::DeviceIndex index);
+namespace detail
+{
+// Bit i: this process owns device i. Written once when the backend opens, before any device
+// is visible, then read-only. Read inline: every device operator asks several times.
+extern uint64_t g_owned_devices[2];
+[[noreturn]] void throwNotOwned(c10::DeviceIndex index);
+} // namespace detail
+
+// Whether the index names a device of this process. Thread safety: safe.
+inline bool ownsDevice(c10::DeviceIndex index) noexcept
+{
+    auto i = static_cast<uint8_t>(index); // negative indices become 128 and above: not owned
+    return i < 128 && ((detail::g_owned_devices[i >> 6] >> (i & 63)) & 1) != 0;
+}
 // Throws unless the index names a device of this process (naming the owner otherwise).
-void checkDevice(c10::DeviceIndex index);
-bool ownsDevice(c10::DeviceIndex index) noexcept;
+inline void checkDevice(c10::DeviceIndex index)
+{
+    if (C10_UNLIKELY(!ownsDevice(index)))
+        detail::throwNotOwned(index);
+}
 hal_device_t halDevice(c10::DeviceIndex index);
 const hal_device_properties_t &deviceProperties(c10::DeviceIndex index);
 // Whether the host may dereference this device's memory (CPU kernels then run in place).
