@@ -184,6 +184,8 @@ class FallbackCall
     GeneratorLoans generators_;
     DeviceSet pending_copies_;                // devices whose current stream has H2D copies
     c10::Allocator *cpu_allocator_ = nullptr; // deviceBackedCpuAllocator(cpu_allocator_index_)
+    StandInPool *pool_ = nullptr;             // standInPool(), once asked
+    bool pool_asked_ = false;
     c10::DeviceIndex cpu_allocator_index_ = -1;
     size_t staged_in_ = 0;  // bytes copied from the device for the kernel
     size_t staged_out_ = 0; // and back
@@ -242,7 +244,7 @@ class FallbackCall
             if (!ref.stand_in)
                 continue;
             mirrors_[ref.mirror].cpu = c10::Storage();
-            recycleStandIn(std::move(ref.cpu));
+            recycleStandIn(pool_, std::move(ref.cpu));
         }
     }
 
@@ -362,10 +364,14 @@ class FallbackCall
                     cpu_allocator_index_ = mirror.index;
                 }
                 if (Ref *only = plainSoleRef(m)) {
+                    if (!pool_asked_) {
+                        pool_ = standInPool();
+                        pool_asked_ = true;
+                    }
                     const at::Tensor &t = *only->device;
                     only->cpu =
-                        aliasingStandIn(data, nbytes, cpu_allocator_, dev->resizable(), t.dtype(),
-                                        t.sizes(), t.strides(), t.storage_offset());
+                        aliasingStandIn(pool_, data, nbytes, cpu_allocator_, dev->resizable(),
+                                        t.dtype(), t.sizes(), t.strides(), t.storage_offset());
                     only->stand_in = true;
                     mirror.cpu = only->cpu.storage();
                     mirror.cpu_data = mirror.cpu.data();
@@ -559,6 +565,20 @@ class FallbackCall
             if (is_output)
                 g_counters.outputs_aliased++;
         } else {
+            if (is_output && in_place_ && canBecomeDeviceTensor(cpu) &&
+                cpu.storage().use_count() == 1 && isDeviceBlock(cpu.storage().data_ptr())) {
+                // The kernel's own output, in device memory, and nothing else refers to it or
+                // its storage: both become the device's (the storage's device and allocator,
+                // the tensor's dispatch keys), rather than new ones built beside them.
+                c10::StorageImpl *own = cpu.storage().unsafeGetStorageImpl();
+                own->mutable_data_ptr().unsafe_set_device(c10::Device(kDeviceType, target_));
+                own->set_allocator(deviceAllocator());
+                c10::TensorImpl *impl = cpu.unsafeGetTensorImpl();
+                impl->set_storage_keep_dtype(cpu.storage()); // the tensor's device follows
+                impl->_change_backend_component_keys(c10::Device(kDeviceType, target_));
+                g_counters.outputs_adopted++;
+                return cpu;
+            }
             storage = freshDeviceStorage(cpu.storage());
             if (is_output && in_place_ && canBecomeDeviceTensor(cpu)) {
                 // Nothing else refers to the kernel's own output: it becomes the device tensor

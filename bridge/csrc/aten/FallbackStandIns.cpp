@@ -6,7 +6,6 @@
 #include <c10/core/InferenceMode.h>
 #include <c10/core/StorageImpl.h>
 #include <c10/core/TensorImpl.h>
-#include <c10/util/SmallVector.h>
 
 #include <typeinfo>
 
@@ -17,22 +16,22 @@ namespace
 
 constexpr size_t kKeptPerThread = 8;
 
-thread_local c10::SmallVector<at::Tensor, kKeptPerThread> tl_kept;
-// The dispatch keys a new stand-in gets outside inference mode (the TensorImpl adds autograd's
-// to the CPU key); a stand-in with others is not kept.
-thread_local c10::DispatchKeySet tl_new_keys;
-
 } // namespace
 
-at::Tensor aliasingStandIn(void *data, size_t nbytes, c10::Allocator *allocator, bool resizable,
-                           caffe2::TypeMeta dtype, c10::IntArrayRef sizes, c10::IntArrayRef strides,
-                           int64_t storage_offset)
+StandInPool *standInPool()
 {
-    auto &kept = tl_kept;
+    thread_local StandInPool pool;
+    return c10::InferenceMode::is_enabled() ? nullptr : &pool;
+}
+
+at::Tensor aliasingStandIn(StandInPool *pool, void *data, size_t nbytes, c10::Allocator *allocator,
+                           bool resizable, caffe2::TypeMeta dtype, c10::IntArrayRef sizes,
+                           c10::IntArrayRef strides, int64_t storage_offset)
+{
     at::Tensor stand_in;
-    if (!kept.empty() && !c10::InferenceMode::is_enabled()) {
-        stand_in = std::move(kept.back());
-        kept.pop_back();
+    if (pool != nullptr && !pool->kept.empty()) {
+        stand_in = std::move(pool->kept.back());
+        pool->kept.pop_back();
         c10::TensorImpl *impl = stand_in.unsafeGetTensorImpl();
         c10::StorageImpl *storage = impl->unsafe_storage().unsafeGetStorageImpl();
         storage->set_data_ptr_noswap(c10::DataPtr(data, c10::Device(c10::DeviceType::CPU)));
@@ -46,18 +45,17 @@ at::Tensor aliasingStandIn(void *data, size_t nbytes, c10::Allocator *allocator,
             c10::DataPtr(data, c10::Device(c10::DeviceType::CPU)), allocator, resizable);
         stand_in = at::detail::make_tensor<c10::TensorImpl>(
             c10::Storage(std::move(storage)), c10::DispatchKeySet(c10::DispatchKey::CPU), dtype);
-        if (!c10::InferenceMode::is_enabled())
-            tl_new_keys = stand_in.key_set();
+        if (pool != nullptr)
+            pool->new_keys = stand_in.key_set();
     }
     stand_in.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides, storage_offset);
     return stand_in;
 }
 
-void recycleStandIn(at::Tensor &&stand_in)
+void recycleStandIn(StandInPool *pool, at::Tensor &&stand_in)
 {
     at::Tensor released = std::move(stand_in);
-    auto &kept = tl_kept;
-    if (kept.size() >= kKeptPerThread || !released.defined())
+    if (pool == nullptr || pool->kept.size() >= kKeptPerThread || !released.defined())
         return;
     const c10::TensorImpl *impl = released.unsafeGetTensorImpl();
     if (!impl->has_storage())
@@ -71,11 +69,11 @@ void recycleStandIn(at::Tensor &&stand_in)
                  released.use_count() == 1 && released.weak_use_count() == 1 &&
                  storage.use_count() == 1 &&
                  storage.getWeakStorageImpl().weak_use_count() == 2 && // with this one
-                 !storage.data_ptr().get_context() && impl->key_set() == tl_new_keys &&
+                 !storage.data_ptr().get_context() && impl->key_set() == pool->new_keys &&
                  impl->allow_tensor_metadata_change() && !impl->is_wrapped_number() &&
                  !impl->is_conj() && !impl->is_neg();
     if (plain)
-        kept.push_back(std::move(released));
+        pool->kept.push_back(std::move(released));
 }
 
 } // namespace torch_hal

@@ -11,6 +11,8 @@
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Allocator.h>
+#include <c10/core/DispatchKeySet.h>
+#include <c10/util/SmallVector.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -18,17 +20,28 @@
 namespace torch_hal
 {
 
-// A plain CPU tensor of the given dtype and geometry whose storage (of its own) aliases `data`
-// (nbytes bytes; `allocator` and `resizable` as the storage's): one of this thread's kept
-// stand-ins when there is one, else a new one. Outside inference mode only (inference tensors
-// have other dispatch keys); there it always makes a new one. Thread safety: per thread.
-at::Tensor aliasingStandIn(void *data, size_t nbytes, c10::Allocator *allocator, bool resizable,
-                           caffe2::TypeMeta dtype, c10::IntArrayRef sizes, c10::IntArrayRef strides,
-                           int64_t storage_offset);
+// A thread's kept stand-ins (at most a handful).
+struct StandInPool {
+    c10::SmallVector<at::Tensor, 8> kept;
+    // The dispatch keys a new stand-in gets outside inference mode (the TensorImpl adds
+    // autograd's to the CPU key); a stand-in with others is not kept.
+    c10::DispatchKeySet new_keys;
+};
 
-// Keeps a stand-in from aliasingStandIn for this thread's next calls when nothing else refers to
-// it or its storage, it is still a plain CPU tensor, and fewer than a handful are kept; else
-// lets it go. Thread safety: per thread.
-void recycleStandIn(at::Tensor &&stand_in);
+// This thread's pool, or null in inference mode (inference tensors have other dispatch keys,
+// so stand-ins are then neither reused nor kept). One thread-local lookup: callers ask once per
+// operator. Thread safety: per thread.
+StandInPool *standInPool();
+
+// A plain CPU tensor of the given dtype and geometry whose storage (of its own) aliases `data`
+// (nbytes bytes; `allocator` and `resizable` as the storage's): one of `pool`'s kept stand-ins
+// when there is one, else a new one (always new when `pool` is null).
+at::Tensor aliasingStandIn(StandInPool *pool, void *data, size_t nbytes, c10::Allocator *allocator,
+                           bool resizable, caffe2::TypeMeta dtype, c10::IntArrayRef sizes,
+                           c10::IntArrayRef strides, int64_t storage_offset);
+
+// Keeps a stand-in from aliasingStandIn in `pool` when nothing else refers to it or its storage,
+// it is still a plain CPU tensor, and the pool has room; else lets it go.
+void recycleStandIn(StandInPool *pool, at::Tensor &&stand_in);
 
 } // namespace torch_hal
