@@ -47,7 +47,8 @@ void backwardOnCallingThread();
 
 // On the autograd engine's device threads, sets the intra-op threads to those of the last
 // other thread that ran a kernel on the device; elsewhere notes this thread's
-// (FallbackThreads.cpp). Thread safety: safe.
+// (FallbackThreads.cpp). Does backwardOnCallingThread()'s work as well (one thread-local
+// lookup for both). Thread safety: safe.
 void matchCallerThreads();
 
 // Counters of what the fallback did (exposed as torch_hal._C._fallback_stats()).

@@ -63,7 +63,8 @@ struct Mirror {
     size_t wlo = kNoRange, whi = 0; // bytes the mutable arguments span
     const void *cpu_data = nullptr; // to detect kernels that resized the storage
     size_t cpu_nbytes = 0;
-    size_t uses = 0; // arguments (and list elements) in this storage
+    size_t uses = 0;      // arguments (and list elements) in this storage
+    size_t first_ref = 0; // refs_ index of the first of them
 };
 
 // One device tensor argument (or list element) and its CPU stand-in.
@@ -110,6 +111,8 @@ class FallbackCall
         for (c10::DeviceIndex d : devices_)
             in_place_ = in_place_ && hostAddressable(d);
         (in_place_ ? g_counters.in_place_calls : g_counters.staged_calls)++;
+        if (in_place_)
+            pool_ = standInPool();
         const bool profiled = deviceActivityRecording();
         int64_t times[4] = {};
         if (profiled)
@@ -184,8 +187,7 @@ class FallbackCall
     GeneratorLoans generators_;
     DeviceSet pending_copies_;                // devices whose current stream has H2D copies
     c10::Allocator *cpu_allocator_ = nullptr; // deviceBackedCpuAllocator(cpu_allocator_index_)
-    StandInPool *pool_ = nullptr;             // standInPool(), once asked
-    bool pool_asked_ = false;
+    StandInPool *pool_ = nullptr;             // standInPool() where in place
     c10::DeviceIndex cpu_allocator_index_ = -1;
     size_t staged_in_ = 0;  // bytes copied from the device for the kernel
     size_t staged_out_ = 0; // and back
@@ -227,14 +229,9 @@ class FallbackCall
     {
         if (mirrors_[m].uses != 1)
             return nullptr;
-        for (Ref &ref : refs_) {
-            if (ref.mirror != m)
-                continue;
-            const at::Tensor &t = *ref.device;
-            bool plain = !t._is_zerotensor() && !t.is_conj() && !t.is_neg();
-            return plain ? &ref : nullptr;
-        }
-        return nullptr;
+        Ref &ref = refs_[mirrors_[m].first_ref];
+        const at::Tensor &t = *ref.device;
+        return !t._is_zerotensor() && !t.is_conj() && !t.is_neg() ? &ref : nullptr;
     }
 
     // After the call: stand-ins nothing else refers to serve the thread's next calls.
@@ -282,6 +279,7 @@ class FallbackCall
             Mirror mirror;
             mirror.device = t.storage();
             mirror.index = index;
+            mirror.first_ref = refs_.size();
             mirrors_.push_back(std::move(mirror));
             mirror_of_device_.insert(impl, m);
         } else {
@@ -364,10 +362,6 @@ class FallbackCall
                     cpu_allocator_index_ = mirror.index;
                 }
                 if (Ref *only = plainSoleRef(m)) {
-                    if (!pool_asked_) {
-                        pool_ = standInPool();
-                        pool_asked_ = true;
-                    }
                     const at::Tensor &t = *only->device;
                     only->cpu =
                         aliasingStandIn(pool_, data, nbytes, cpu_allocator_, dev->resizable(),
@@ -461,7 +455,7 @@ class FallbackCall
             } else {
                 slot = v;
                 if (isGeneratorArgument(arguments[i]))
-                    generators_.substitute(slot, target_, c10::toString(schema_.operator_name()));
+                    generators_.substitute(slot, target_, schema_.operator_name());
             }
         }
         for (size_t i : device_args_)
@@ -533,6 +527,17 @@ class FallbackCall
         fresh_outputs_.insert(impl, storage);
         return storage;
     }
+    // A CPU storage the kernel allocated in device memory, which nothing else refers to,
+    // made the device's: its device and allocator change, its bytes stay.
+    c10::Storage adoptInPlace(const c10::Storage &cpu)
+    {
+        c10::StorageImpl *impl = cpu.unsafeGetStorageImpl();
+        impl->mutable_data_ptr().unsafe_set_device(c10::Device(kDeviceType, target_));
+        impl->set_allocator(deviceAllocator());
+        g_counters.outputs_adopted++;
+        return cpu;
+    }
+
     // CPU storages of outputs that must outlive the call: those whose copy to the device may
     // still run, and those whose tensor became the device tensor (fresh_outputs_ is keyed by
     // their address).
@@ -565,28 +570,21 @@ class FallbackCall
             if (is_output)
                 g_counters.outputs_aliased++;
         } else {
-            if (is_output && in_place_ && canBecomeDeviceTensor(cpu) &&
-                cpu.storage().use_count() == 1 && isDeviceBlock(cpu.storage().data_ptr())) {
-                // The kernel's own output, in device memory, and nothing else refers to it or
-                // its storage: both become the device's (the storage's device and allocator,
-                // the tensor's dispatch keys), rather than new ones built beside them.
-                c10::StorageImpl *own = cpu.storage().unsafeGetStorageImpl();
-                own->mutable_data_ptr().unsafe_set_device(c10::Device(kDeviceType, target_));
-                own->set_allocator(deviceAllocator());
+            // Nothing else refers to the kernel's own output: it becomes the device tensor
+            // (storage and dispatch keys swapped; sizes, strides and offset stay), rather than
+            // a new one built beside it. Where its storage is its alone and in device memory,
+            // that storage becomes the device's too.
+            bool becomes = is_output && in_place_ && canBecomeDeviceTensor(cpu);
+            if (becomes && cpu.storage().use_count() == 1 &&
+                isDeviceBlock(cpu.storage().data_ptr()))
+                storage = adoptInPlace(cpu.storage());
+            else
+                storage = freshDeviceStorage(cpu.storage());
+            if (becomes) {
                 c10::TensorImpl *impl = cpu.unsafeGetTensorImpl();
-                impl->set_storage_keep_dtype(cpu.storage()); // the tensor's device follows
-                impl->_change_backend_component_keys(c10::Device(kDeviceType, target_));
-                g_counters.outputs_adopted++;
-                return cpu;
-            }
-            storage = freshDeviceStorage(cpu.storage());
-            if (is_output && in_place_ && canBecomeDeviceTensor(cpu)) {
-                // Nothing else refers to the kernel's own output: it becomes the device tensor
-                // (storage and dispatch keys swapped; sizes, strides and offset stay), rather
-                // than a new one built beside it.
-                c10::TensorImpl *impl = cpu.unsafeGetTensorImpl();
-                keep_alive_.push_back(cpu.storage());
-                impl->set_storage_keep_dtype(std::move(storage));
+                if (!storage.is_alias_of(cpu.storage()))
+                    keep_alive_.push_back(cpu.storage());
+                impl->set_storage_keep_dtype(std::move(storage)); // the tensor's device follows
                 impl->_change_backend_component_keys(c10::Device(kDeviceType, target_));
                 return cpu;
             }
@@ -750,8 +748,7 @@ class FallbackCall
 
 void cpuFallback(const c10::OperatorHandle &op, torch::jit::Stack *stack)
 {
-    backwardOnCallingThread();
-    matchCallerThreads();
+    matchCallerThreads(); // and, on a thread's first operator, backwardOnCallingThread()'s work
     FallbackCall(op, stack).run();
 }
 

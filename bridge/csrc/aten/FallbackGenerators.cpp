@@ -24,7 +24,7 @@ void copyGeneratorState(const at::Generator &from, const at::Generator &to)
 } // namespace
 
 void GeneratorLoans::substitute(c10::IValue &slot, c10::DeviceIndex device_index,
-                                const std::string &op)
+                                const c10::OperatorName &op)
 {
     at::Generator device;
     if (slot.isNone())

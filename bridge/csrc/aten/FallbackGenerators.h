@@ -4,10 +4,10 @@
 
 #include <ATen/core/Generator.h>
 #include <ATen/core/ivalue.h>
+#include <ATen/core/operator_name.h>
 #include <c10/core/Device.h>
 
 #include <mutex>
-#include <string>
 #include <vector>
 
 namespace torch_hal
@@ -24,7 +24,7 @@ class GeneratorLoans
     // Replaces a Generator argument (None: the default generator of `device`; a device
     // generator) with a CPU generator carrying its state; leaves other generators alone. Throws
     // when the same generator is passed twice to `op`.
-    void substitute(c10::IValue &slot, c10::DeviceIndex device, const std::string &op);
+    void substitute(c10::IValue &slot, c10::DeviceIndex device, const c10::OperatorName &op);
     // Lends the CPU default generator the state of `device`'s default generator, unless a
     // Generator argument was substituted (call after every substitute()).
     void lendDefaultCpuGeneratorUnlessSubstituted(c10::DeviceIndex device);

@@ -49,8 +49,6 @@ bool everyDeviceHostAddressable()
     return any;
 }
 
-} // namespace
-
 // Autograd runs the backward of every device but the CPU on a worker thread of the device and
 // hands each backward() call over to it: two thread wake-ups per call (about 50 us on a VM), and
 // the GIL handed over for each Python hook the backward runs (checkpoint's recomputation, DDP's
@@ -58,22 +56,34 @@ bool everyDeviceHostAddressable()
 // host-addressable device's kernels are CPU kernels on host memory, whose backward the CPU runs
 // on the calling thread. So the first device operator a thread runs turns autograd's
 // multithreading off for that thread (its backward then runs on it, as the CPU's does), once:
-// torch.autograd.set_multithreading_enabled(True) turns it back on.
+// torch.autograd.set_multithreading_enabled(True) turns it back on. Returns whether the thread
+// is one of autograd's device workers (which keep their multithreading).
+bool firstDeviceOperatorOnThread()
+{
+    static const bool host_addressable = everyDeviceHostAddressable();
+    bool worker = onAutogradWorker();
+    if (host_addressable && !worker)
+        c10::AutogradState::get_tls_state().set_multithreading_enabled(false);
+    return worker;
+}
+
+// One thread-local for both functions below (every device operator asks).
+bool threadIsAutogradWorker()
+{
+    thread_local const bool worker = firstDeviceOperatorOnThread();
+    return worker;
+}
+
+} // namespace
+
 void backwardOnCallingThread()
 {
-    thread_local bool done = false;
-    if (C10_LIKELY(done))
-        return;
-    done = true;
-    static const bool host_addressable = everyDeviceHostAddressable();
-    if (host_addressable && !onAutogradWorker())
-        c10::AutogradState::get_tls_state().set_multithreading_enabled(false);
+    threadIsAutogradWorker();
 }
 
 void matchCallerThreads()
 {
-    thread_local const bool worker = onAutogradWorker();
-    if (!worker) {
+    if (!threadIsAutogradWorker()) {
         g_caller_threads.store(at::get_num_threads(), std::memory_order_relaxed);
         return;
     }

@@ -11,6 +11,7 @@
 
 #include "aten/Common.h"
 #include "python/CompiledAllocation.h"
+#include "runtime/Runtime.h"
 
 namespace torch_hal
 {
@@ -25,7 +26,8 @@ void readInts(PyObject *tuple, const char *what, c10::SmallVector<int64_t, 8> &o
         long long v = PyLong_AsLongLong(PyTuple_GET_ITEM(tuple, i));
         if (v == -1 && PyErr_Occurred())
             throw python_error();
-        TORCH_CHECK(v >= 0, "torch_hal._C._empty_strided: negative ", what, " ", v);
+        TORCH_CHECK(v >= 0, "torch_hal (backend '", backendName(), "'): _empty_strided: negative ",
+                    what, " ", v);
         out[static_cast<size_t>(i)] = static_cast<int64_t>(v);
     }
 }
@@ -44,8 +46,8 @@ PyObject *emptyStrided(PyObject * /*module*/, PyObject *args)
     c10::SmallVector<int64_t, 8> strides;
     readInts(size, "size", sizes);
     readInts(stride, "stride", strides);
-    TORCH_CHECK(sizes.size() == strides.size(), "torch_hal._C._empty_strided: ", sizes.size(),
-                " sizes and ", strides.size(), " strides");
+    TORCH_CHECK(sizes.size() == strides.size(), "torch_hal (backend '", backendName(),
+                "'): _empty_strided: ", sizes.size(), " sizes and ", strides.size(), " strides");
     return THPVariable_Wrap(emptyStridedOnDevice(sizes, strides,
                                                  reinterpret_cast<THPDtype *>(dtype)->scalar_type,
                                                  static_cast<c10::DeviceIndex>(index)));
