@@ -670,6 +670,38 @@ def test_backward_runs_on_the_calling_thread_on_host_addressable_devices(device_
     assert on_own_thread == [host_addressable]
 
 
+def test_autograd_device_threads_are_named_when_the_first_backward_returns(device_type,
+                                                                           tmp_path):
+    """Autograd starts its device threads ("pt_autograd_<i>") in the first backward() and does
+    not wait for them to name themselves; a backward on the calling thread could return first
+    (OpenReg's test_autograd_init looks for them then). Fresh processes, each on a machine kept
+    busy meanwhile, read the names as soon as their first backward returns."""
+    code = textwrap.dedent(f"""
+        import os, torch, torch_hal
+        torch.ones(2, requires_grad=True, device="{device_type}").sum().backward()
+        names = set()
+        for tid in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{{tid}}/comm") as comm:
+                names.add(comm.read().strip())
+        missing = [i for i in range(torch.accelerator.device_count())
+                   if f"pt_autograd_{{i}}" not in names]
+        assert not missing, (missing, sorted(names))
+    """)
+    # An emulated machine of its own for the children: this process holds the emulator's cores.
+    env = dict(os.environ, NEURON_EMU_LOCK_DIR=str(tmp_path))
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            for _ in range(2 * (os.cpu_count() or 1))]
+    try:
+        for _ in range(2):
+            proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                                  text=True, timeout=300)
+            assert proc.returncode == 0, proc.stderr
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
+
+
 def test_a_device_copy_is_one_operator(device_type):
     """PyTorch's copy_ sends every copy involving a PrivateUse1 tensor to _copy_from, a second
     operator through the dispatcher; the device's own copy_ does the copy itself."""

@@ -3,10 +3,16 @@
 // threads of the kernels that autograd's device threads run.
 #include <ATen/Parallel.h>
 #include <c10/core/AutogradState.h>
+#include <torch/csrc/autograd/graph_task.h>
 
 #include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <string>
+#include <thread>
 
+#include <dirent.h>
 #include <pthread.h>
 
 #include "aten/Common.h"
@@ -74,15 +80,67 @@ bool threadIsAutogradWorker()
     return worker;
 }
 
+// Whether a thread of this process is named `name` (read from /proc/self/task/<id>/comm).
+bool threadNamed(const std::string &name)
+{
+    DIR *tasks = opendir("/proc/self/task");
+    if (tasks == nullptr)
+        return true; // nothing to look at: do not wait
+    bool found = false;
+    while (struct dirent *task = readdir(tasks)) {
+        if (task->d_name[0] == '.')
+            continue;
+        std::string path = std::string("/proc/self/task/") + task->d_name + "/comm";
+        FILE *comm = std::fopen(path.c_str(), "r");
+        if (comm == nullptr)
+            continue;
+        char line[32] = {};
+        bool read = std::fgets(line, sizeof line, comm) != nullptr;
+        std::fclose(comm);
+        line[std::strcspn(line, "\n")] = '\0';
+        if (read && name == line) {
+            found = true;
+            break;
+        }
+    }
+    closedir(tasks);
+    return found;
+}
+
+std::atomic<bool> g_autograd_threads_named{ false };
+
+// The autograd engine starts its device threads in the first backward() and does not wait
+// for them to name themselves ("pt_autograd_<index>"). When that backward runs on the calling
+// thread it can return before they have, and whoever looks for them by name afterwards (tools,
+// OpenReg's test_autograd_init) misses some on a loaded machine. So the first device operator
+// run inside a backward waits, once per process, until the threads of this backend's devices
+// are named: at most 2 s (then it gives up; nothing depends on the names).
+void awaitAutogradThreadsNamed()
+{
+    if (g_autograd_threads_named.load(std::memory_order_relaxed))
+        return;
+    if (torch::autograd::get_current_graph_task_id() == -1)
+        return; // not in a backward: the engine may not have started its threads yet
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    for (c10::DeviceIndex index = 0; index < deviceCount(); ++index) {
+        const std::string name = "pt_autograd_" + std::to_string(index);
+        while (!threadNamed(name) && std::chrono::steady_clock::now() < deadline)
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    g_autograd_threads_named.store(true, std::memory_order_relaxed);
+}
+
 } // namespace
 
 void backwardOnCallingThread()
 {
     threadIsAutogradWorker();
+    awaitAutogradThreadsNamed();
 }
 
 void matchCallerThreads()
 {
+    awaitAutogradThreadsNamed();
     if (!threadIsAutogradWorker()) {
         g_caller_threads.store(at::get_num_threads(), std::memory_order_relaxed);
         return;
