@@ -418,11 +418,17 @@ std::vector<std::unique_ptr<DeviceBackedCpuAllocator>> g_device_backed_cpu_alloc
 
 c10::DeviceAllocator *deviceAllocator()
 {
+    // Asked several times by every device operator: std::call_once alone costs two
+    // thread-local writes a call, so the made allocator is read first.
+    static std::atomic<HalDeviceAllocator *> made{ nullptr };
+    if (HalDeviceAllocator *allocator = made.load(std::memory_order_acquire); C10_LIKELY(allocator))
+        return allocator;
     static std::once_flag once;
     std::call_once(once, [] {
         TORCH_CHECK(isBackendOpen(), "torch_hal: no HAL backend is open");
         g_device_allocators = new PerDeviceAllocators(HAL_MEM_KIND_DEVICE);
         g_device_allocator = new HalDeviceAllocator();
+        made.store(g_device_allocator, std::memory_order_release);
     });
     return g_device_allocator;
 }
