@@ -42,7 +42,9 @@ void cpuFallback(const c10::OperatorHandle &op, torch::jit::Stack *stack);
 
 // The first time it runs on a thread of a host-addressable backend (not autograd's own), turns
 // autograd's multithreading off for that thread, so that its backward runs on it as the CPU's
-// does (FallbackThreads.cpp). Thread safety: safe; acts on the calling thread only.
+// does. The first time it runs inside a backward in this process, waits (at most 2 s) until
+// autograd's device threads carry their names, which the engine does not wait for
+// (FallbackThreads.cpp). Thread safety: safe; acts on the calling thread only.
 void backwardOnCallingThread();
 
 // On the autograd engine's device threads, sets the intra-op threads to those of the last
