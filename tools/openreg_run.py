@@ -12,7 +12,7 @@ with a time limit per file and a JUnit XML file beside it; --jobs files run at o
 slowest first (test_ipc.py mostly waits). On neuron every process takes 2 NeuronCores
 (NEURON_RT_NUM_CORES=2: OpenReg's backend has two devices, and the processes a file starts,
 spawned children and IPC producers, take free cores of their own) of an emulated machine of
-the file's own (NEURON_EMU_INSTANCE_ID).
+the file's own (NEURON_EMU_LOCK_DIR: a temporary directory, removed when the file is done).
 
 The table printed at the end gives passed / failed / errors / skipped per file and device, and
 the files a time limit stopped. With --check, every case's outcome is compared with
@@ -29,6 +29,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 import xml.etree.ElementTree as ET
 
@@ -80,9 +81,11 @@ def prepare(device, out):
 def run_file(device, target, name, out, timeout):
     """Runs one renamed file: (device, file, {case: outcome} or None, note)."""
     env = dict(os.environ, TORCH_HAL_BACKEND=BACKENDS[device])
-    env.pop("NEURON_EMU_LOCK_DIR", None)
-    # An emulated machine per file: the file's own child processes share it.
-    env["NEURON_EMU_INSTANCE_ID"] = f"openreg-{os.getpid()}-{device}-{name[:-3]}"
+    # An emulated machine per file: the file's own child processes share it, and its lock
+    # files go when the file is done.
+    machine = tempfile.TemporaryDirectory(prefix=f"openreg-{device}-{name[:-3]}-")
+    env["NEURON_EMU_LOCK_DIR"] = machine.name
+    env.pop("NEURON_EMU_INSTANCE_ID", None)
     if device == "neuron":
         env.setdefault("NEURON_RT_NUM_CORES", "2")
     junit = os.path.join(target, name.replace(".py", ".xml"))
@@ -98,6 +101,8 @@ def run_file(device, target, name, out, timeout):
         note = ""
     except subprocess.TimeoutExpired:
         note = f"stopped by the {timeout} s limit"
+    finally:
+        machine.cleanup()
     note = (note + f" ({time.monotonic() - started:.0f} s)").strip()
     cases = read_cases(junit, name) if os.path.exists(junit) else None
     return device, name, cases, note

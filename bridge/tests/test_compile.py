@@ -103,13 +103,13 @@ def test_import_torch_leaves_the_compile_stack_unloaded(device_type):
 
 
 @pytest.mark.parametrize("user_tag", ["", "mine"], ids=["no_user_tag", "user_tag"])
-def test_compile_caches_are_keyed_on_the_installed_torch_hal(user_tag):
+def test_compile_caches_are_keyed_on_the_installed_torch_hal(user_tag, tmp_path):
     """A graph compiled (and cached on disk) with another torch_hal is not reused: the caches'
     key tag names the installed package's digest, after a tag of the user's own."""
     code = ("import torch, torch._dynamo\n"
             "print(torch.compiler.config.cache_key_tag)\n")
     env = dict(os.environ, TORCH_COMPILE_CACHE_KEY_TAG=user_tag,
-               NEURON_EMU_INSTANCE_ID=f"cache-key-{os.getpid()}")
+               NEURON_EMU_LOCK_DIR=str(tmp_path / "neuron-emu"))
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=300, env=env)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -325,7 +325,7 @@ def test_a_second_process_hits_the_compile_cache(tmp_path):
     log = tmp_path / "commands.txt"
     env = dict(os.environ, TORCH_HAL_BACKEND="trainium", NEURON_CC=os.path.abspath(standin),
                NEURONX_CC_STANDIN_LOG=str(log), NEURON_COMPILE_CACHE_URL=str(tmp_path / "cache"),
-               NEURON_EMU_INSTANCE_ID=f"cache-{os.getpid()}")
+               NEURON_EMU_LOCK_DIR=str(tmp_path / "neuron-emu"))
     lines = []
     for _ in range(2):
         r = subprocess.run([sys.executable, "-c", CACHE_CHILD], env=env, capture_output=True,
@@ -357,7 +357,7 @@ def test_a_second_process_reads_lowerings_and_executables_back(tmp_path):
     env = dict(os.environ, TORCH_HAL_BACKEND="trainium",
                TORCH_HAL_STABLEHLO_CACHE=str(tmp_path / "stablehlo"),
                NEURON_EMU_XLA_CACHE=str(tmp_path / "xla"),
-               NEURON_EMU_INSTANCE_ID=f"warm-{os.getpid()}")
+               NEURON_EMU_LOCK_DIR=str(tmp_path / "neuron-emu"))
     env.pop("NEURON_CC", None)
     runs = []
     for _ in range(2):

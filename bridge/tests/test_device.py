@@ -132,8 +132,9 @@ def test_multiprocessing_refuses_device_tensors_at_once(device_type, tmp_path, m
     forever); CPU tensors still go through shared memory."""
     script = tmp_path / "sharing.py"
     script.write_text(SHARING_SCRIPT)
-    # An emulated machine of its own for the script: this process holds the emulator's cores.
-    env = dict(os.environ, NEURON_EMU_INSTANCE_ID=f"sharing-{os.getpid()}-{method}")
+    # An emulated machine of its own for the script (this process holds the emulator's cores),
+    # whose lock files go with tmp_path.
+    env = dict(os.environ, NEURON_EMU_LOCK_DIR=str(tmp_path))
     proc = subprocess.run([sys.executable, str(script), device_type, method], env=env,
                           capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
@@ -687,7 +688,8 @@ def test_autograd_device_threads_are_named_when_the_first_backward_returns(devic
                    if f"pt_autograd_{{i}}" not in names]
         assert not missing, (missing, sorted(names))
     """)
-    # An emulated machine of its own for the children: this process holds the emulator's cores.
+    # An emulated machine of its own for the children (this process holds the emulator's
+    # cores), whose lock files go with tmp_path.
     env = dict(os.environ, NEURON_EMU_LOCK_DIR=str(tmp_path))
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
             for _ in range(2 * (os.cpu_count() or 1))]

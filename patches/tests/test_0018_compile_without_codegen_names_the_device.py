@@ -57,11 +57,11 @@ CHILD = textwrap.dedent("""
 """)
 
 
-def test_compile_on_device_without_codegen_names_it_or_runs_eagerly_when_asked():
+def test_compile_on_device_without_codegen_names_it_or_runs_eagerly_when_asked(tmp_path):
     # An emulated instance of its own: the unpatched and the patched run go side by side, and
     # NeuronCores belong to one process at a time.
     env = dict(os.environ, TORCH_HAL_BACKEND="trainium", TORCH_HAL_COMPILE_STABLEHLO="0",
-               NEURON_EMU_INSTANCE_ID=f"patch-0018-{os.getpid()}")
+               NEURON_EMU_LOCK_DIR=str(tmp_path / "neuron-emu"))
     r = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True,
                        timeout=600)
     assert r.returncode == 0 and "CODEGEN OK" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]

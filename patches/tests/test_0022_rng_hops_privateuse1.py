@@ -61,11 +61,11 @@ CHILD = textwrap.dedent("""
 """)
 
 
-def test_compiled_checkpointed_dropout_replays_the_forward_mask():
+def test_compiled_checkpointed_dropout_replays_the_forward_mask(tmp_path):
     # An emulated instance of its own: the unpatched and the patched run go side by side, and
     # NeuronCores belong to one process at a time.
     env = dict(os.environ, TORCH_HAL_BACKEND="trainium",
-               NEURON_EMU_INSTANCE_ID=f"patch-0022-{os.getpid()}")
+               NEURON_EMU_LOCK_DIR=str(tmp_path / "neuron-emu"))
     r = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True,
                        timeout=600)
     assert r.returncode == 0 and "RNG HOPS OK" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
