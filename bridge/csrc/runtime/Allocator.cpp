@@ -418,19 +418,16 @@ std::vector<std::unique_ptr<DeviceBackedCpuAllocator>> g_device_backed_cpu_alloc
 
 c10::DeviceAllocator *deviceAllocator()
 {
-    // Asked several times by every device operator: std::call_once alone costs two
-    // thread-local writes a call, so the made allocator is read first.
-    static std::atomic<HalDeviceAllocator *> made{ nullptr };
-    if (HalDeviceAllocator *allocator = made.load(std::memory_order_acquire); C10_LIKELY(allocator))
-        return allocator;
-    static std::once_flag once;
-    std::call_once(once, [] {
+    // Every device operator asks several times: once made, a function-local static costs a
+    // load to read, where std::call_once wrote two thread-locals on every call. A throw (no
+    // backend open) leaves it unmade, and the next call tries again.
+    static HalDeviceAllocator *const allocator = [] {
         TORCH_CHECK(isBackendOpen(), "torch_hal: no HAL backend is open");
         g_device_allocators = new PerDeviceAllocators(HAL_MEM_KIND_DEVICE);
         g_device_allocator = new HalDeviceAllocator();
-        made.store(g_device_allocator, std::memory_order_release);
-    });
-    return g_device_allocator;
+        return g_device_allocator;
+    }();
+    return allocator;
 }
 
 // The memory history's view of an allocation: the segments it made or released (the
