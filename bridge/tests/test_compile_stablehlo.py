@@ -11,6 +11,7 @@ Inductor's own deviation from eager.
 """
 
 import copy
+import json
 import os
 import subprocess
 import sys
@@ -243,6 +244,54 @@ def test_a_compiled_optimizer_step_runs_on_the_device_as_eager(device):
     assert reports
     for _, _, report in reports:
         assert report.lowered == report.total and report.eager == 0, str(report)
+
+
+HOST_INPUT_CHILD = textwrap.dedent("""
+    import torch, torch_hal
+    device = torch.device(torch_hal.device_type(), 0)
+    module = torch.get_device_module(device)
+    f = torch.compile(lambda x, lr: x * lr + 1)
+    x = torch.randn(64, device=device)
+    lr = torch.tensor(0.5)
+    f(x, lr)
+    module.synchronize()
+    marker = torch.empty(40 << 20, dtype=torch.uint8, device=device)  # a segment of its own
+    outs = []
+    for i in range(4):
+        lr.fill_(0.5 + i)
+        outs.append(f(x, lr))
+        lr.fill_(-100.0)  # the call took the value it was given
+    module.synchronize()
+    for i, out in enumerate(outs):
+        torch.testing.assert_close(out.cpu(), x.cpu() * (0.5 + i) + 1)
+    print("OK")
+""")
+
+
+@pytest.mark.own_backend_trainium
+def test_a_host_input_is_passed_without_waiting_for_the_device(tmp_path):
+    """A graph input on the host (an optimizer's learning rate as a CPU tensor) goes to the
+    device through pinned memory without draining the stream: four compiled calls make no
+    stream synchronisation (the trace layer's record), and each call uses the value it was
+    given, whatever the caller writes into the tensor after it."""
+    trace = tmp_path / "trace.json"
+    env = dict(os.environ, TORCH_HAL_BACKEND="trainium", HAL_LAYERS="trace",
+               HAL_TRACE_FILE=str(trace), NEURON_EMU_LOCK_DIR=str(tmp_path / "neuron-emu"))
+    r = subprocess.run([sys.executable, "-c", HOST_INPUT_CHILD], env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0 and "OK" in r.stdout, r.stdout[-2000:] + r.stderr[-3000:]
+    events = json.loads(trace.read_text())
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    marks = [e["ts"] for e in events if e.get("name") == "mem_alloc"
+             and e.get("args", {}).get("kind") == "device"
+             and e.get("args", {}).get("bytes", 0) >= 40 << 20]
+    assert len(marks) == 1, marks
+    end = min(e["ts"] for e in events
+              if e.get("name") == "device_synchronize" and e.get("ts", 0) > marks[0])
+    calls = [e["name"] for e in sorted(events, key=lambda e: e.get("ts", 0))
+             if e.get("cat") == "hal" and marks[0] < e.get("ts", 0) < end]
+    assert calls.count("kernel_launch") == 4, calls
+    assert "stream_synchronize" not in calls, calls
 
 
 def test_an_op_torch_mlir_cannot_lower_runs_eagerly(device):

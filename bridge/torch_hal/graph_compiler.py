@@ -125,7 +125,12 @@ class DeviceExecutor:
             if not isinstance(x, torch.Tensor):
                 x = torch.tensor(x, dtype=spec.dtype)
             y = x
-            if y.device != device:
+            if y.device.type == "cpu":
+                # A host input (an optimizer's learning rate, a lifted constant): converted on
+                # the host, then moved from pinned memory without waiting, as a copy from
+                # pageable memory would for the work queued before it.
+                y = y.to(spec.dtype).contiguous().pin_memory().to(device, non_blocking=True)
+            elif y.device != device:
                 y = y.to(device)
             if y.dtype != spec.dtype:
                 y = y.to(spec.dtype)
