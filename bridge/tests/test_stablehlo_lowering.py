@@ -110,10 +110,15 @@ def _max_diff(outs, refs):
 def _check_graph(entry, name, tol=1e-5):
     lowered = _lower(entry, name)
     assert "func.func @main(" in lowered.mlir and "dense_resource" not in lowered.mlir
-    assert [s.shape for s in lowered.input_specs] == [tuple(a.shape) for a in entry["args"]]
+    assert [s.shape for s in lowered.input_specs] == [
+        tuple(lowered.module_input(i, a).shape) for i, a in enumerate(entry["args"])]
     outs = shlo.run_with_jax(lowered, _clone(entry["args"]))
     refs = entry["gm"](*_clone(entry["args"]))
     diff = _max_diff(outs, list(refs))
+    for o, r in zip(outs, refs):  # eager's strides (where a dim has more than one element)
+        if r is not None:
+            assert [st for st, n in zip(o.stride(), o.shape) if n > 1] == [
+                st for st, n in zip(r.stride(), r.shape) if n > 1], (o.stride(), r.stride())
     assert diff <= tol, f"{name}: max abs diff {diff}"
     return lowered
 
@@ -132,7 +137,34 @@ def test_linear_layernorm_gelu_forward_backward():
     bw = _check_graph(graphs[1], "linear_ln_gelu_bw")
     assert len(fw.input_specs) == 5 and not fw.aliases and not bw.aliases
     # Backward results: the gradients of the parameters (Linear, LayerNorm), then the input's.
-    assert [s.shape for s in bw.output_specs] == [(32, 16), (32,), (32,), (32,), (8, 16)]
+    layouts = bw.output_layouts or (None,) * len(bw.output_specs)
+    assert [lay[0] if lay else s.shape for s, lay in zip(bw.output_specs, layouts)] == [
+        (32, 16), (32,), (32,), (32,), (8, 16)]
+
+
+def test_transposed_inputs_and_results_are_passed_in_memory_order(tmp_path, monkeypatch):
+    """An input traced as a transpose is the module's parameter in memory order (passed as a
+    view, no copy), and a result traced as a transpose is returned in memory order and viewed
+    with eager's strides: neither side copies it into or out of row-major order. The lowering
+    cache keeps both."""
+    monkeypatch.setenv("TORCH_HAL_STABLEHLO_CACHE", str(tmp_path))
+
+    def f(a, b):
+        return (torch.ops.aten.permute.default(torch.ops.aten.mm.default(a, b), [1, 0]),)
+
+    gm = torch.fx.symbolic_trace(f)
+    a, b = torch.randn(3, 4).t(), torch.randn(3, 5)
+    lowered = shlo.lower(gm, [a, b])
+    assert lowered.input_orders == ((1, 0), None)
+    assert lowered.input_specs[0].shape == (3, 4) and lowered.module_input(0, a).is_contiguous()
+    assert lowered.output_layouts == (((5, 4), (1, 5)),)
+    assert lowered.output_specs[0].shape == (4, 5)
+    out, = shlo.run_with_jax(lowered, [a, b])
+    want = (a @ b).t()
+    assert out.shape == want.shape and out.stride() == want.stride()
+    torch.testing.assert_close(out, want)
+    monkeypatch.setattr(shlo, "_torch_mlir", lambda: pytest.fail("lowered again"))
+    assert shlo.lower(torch.fx.symbolic_trace(f), [a, b]) == lowered
 
 
 @pytest.mark.parametrize("name,fn,shapes", [

@@ -124,7 +124,7 @@ class DeviceExecutor:
         for i, (x, spec) in enumerate(zip(inputs, lowered.input_specs)):
             if not isinstance(x, torch.Tensor):
                 x = torch.tensor(x, dtype=spec.dtype)
-            y = x
+            y = lowered.module_input(i, x)
             if y.device.type == "cpu":
                 # A host input (an optimizer's learning rate, a lifted constant): converted on
                 # the host, then moved from pinned memory without waiting, as a copy from
@@ -148,12 +148,13 @@ class DeviceExecutor:
             for x, y in write_back:
                 x.copy_(y)
         outs, it = [], iter(results)
-        for spec in lowered.output_specs:
+        for i, spec in enumerate(lowered.output_specs):
             if spec is None:
                 outs.append(None)
                 continue
             r = next(it)
-            outs.append(r if r.dtype == spec.graph_dtype else r.to(spec.graph_dtype))
+            r = r if r.dtype == spec.graph_dtype else r.to(spec.graph_dtype)
+            outs.append(lowered.graph_output(i, r))
         return outs
 
 

@@ -104,6 +104,12 @@ class LoweredGraph:
     the input's new value and must alias it; these results follow the graph's outputs.
     ``cache_key``: SHA-256 (hex) of the module text and the specs; it does not depend on
     ``name``, so equal graphs share one compiled program.
+    ``input_orders``: per parameter, None, or the order of dims (outermost first in memory) in
+    which the module takes an input the graph traced dense but not contiguous (a transpose):
+    :meth:`module_input` gives that view, so the input is passed without a copy.
+    ``output_layouts``: per graph output, None, or the ``(shape, stride)`` eager traced for an
+    output that is dense but not contiguous: the module returns it in memory order, and
+    :meth:`graph_output` views the result with eager's strides, without a copy.
     """
 
     name: str
@@ -112,6 +118,21 @@ class LoweredGraph:
     output_specs: tuple
     aliases: tuple
     cache_key: str
+    input_orders: tuple = ()
+    output_layouts: tuple = ()
+
+    def module_input(self, i, x):
+        """Input ``i`` (a tensor with the graph's shape) as the module's parameter ``i`` takes
+        it: a view in memory order where the graph traced it so (contiguous when ``x`` has
+        the traced strides)."""
+        order = self.input_orders[i] if self.input_orders else None
+        return x if order is None else x.permute(order)
+
+    def graph_output(self, i, result):
+        """The module's ``result`` for graph output ``i`` (contiguous), as the graph's value:
+        a view with eager's shape and strides where it traced them so."""
+        layout = self.output_layouts[i] if self.output_layouts else None
+        return result if layout is None else result.as_strided(*layout)
 
     @property
     def mutated_inputs(self):
@@ -490,7 +511,10 @@ def _dtype(text):
 def _cache_entry(lowered):
     return {"mlir": lowered.mlir, "input_specs": [_spec_entry(s) for s in lowered.input_specs],
             "output_specs": [_spec_entry(s) for s in lowered.output_specs],
-            "aliases": [list(a) for a in lowered.aliases]}
+            "aliases": [list(a) for a in lowered.aliases],
+            "input_orders": [None if o is None else list(o) for o in lowered.input_orders],
+            "output_layouts": [None if lay is None else [list(lay[0]), list(lay[1])]
+                               for lay in lowered.output_layouts]}
 
 
 def _from_cache_entry(entry, name):
@@ -504,17 +528,80 @@ def _from_cache_entry(entry, name):
         input_specs = tuple(_spec_from_entry(s) for s in entry["input_specs"])
         output_specs = tuple(_spec_from_entry(s) for s in entry["output_specs"])
         aliases = tuple((int(i), int(r)) for i, r in entry["aliases"])
+        input_orders = tuple(None if o is None else tuple(int(d) for d in o)
+                             for o in entry["input_orders"])
+        output_layouts = tuple(None if lay is None else (tuple(lay[0]), tuple(lay[1]))
+                               for lay in entry["output_layouts"])
         text = entry["mlir"]
         return LoweredGraph(name=name, mlir=text, input_specs=input_specs,
                             output_specs=output_specs, aliases=aliases,
-                            cache_key=_cache_key(text, input_specs, output_specs, aliases))
+                            cache_key=_cache_key(text, input_specs, output_specs, aliases),
+                            input_orders=input_orders, output_layouts=output_layouts)
     except (KeyError, TypeError, ValueError):
         return None
+
+
+def _memory_order(val):
+    """The order of ``val``'s dims in memory (outermost first) where it is a dense tensor that
+    is not contiguous (a transpose, channels-last); None for anything else."""
+    from torch._prims_common import is_non_overlapping_and_dense_or_false as dense
+
+    if not isinstance(val, torch.Tensor) or val.is_contiguous() or not dense(val):
+        return None
+    return sorted(range(val.dim()), key=lambda d: (-val.stride(d), d))
+
+
+def _memory_order_layouts(fgm, graph_outputs, mutations):
+    """Makes the module take and return dense non-contiguous tensors in memory order, so that
+    neither side copies them into or out of row-major order: such a placeholder (one the graph
+    does not mutate) gets its memory-order shape and a permute back for its users; such an
+    output is permuted into memory order before it is returned. Returns ``(input orders,
+    output layouts)`` as :class:`LoweredGraph` keeps them (``graph_outputs`` is updated)."""
+    graph = fgm.graph
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    mutated = {i for i, _ in mutations}
+    permute = torch.ops.aten.permute.default
+    orders = []
+    for i, ph in enumerate(placeholders):
+        val = _val(ph)
+        order = None if i in mutated else _memory_order(val)
+        orders.append(None if order is None else tuple(order))
+        if order is None:
+            continue
+        inverse = sorted(range(len(order)), key=order.__getitem__)
+        with graph.inserting_after(ph):
+            back = graph.call_function(permute, (ph, inverse))
+        ph.replace_all_uses_with(back, delete_user_cb=lambda user: user is not back)
+        ph.meta["val"] = permute(val, order)
+        ph.meta.pop("tensor_meta", None)  # the importer would read the traced shape from it
+        back.meta["val"] = val
+    output = graph.output_node()
+    results = list(output.args[0])
+    layouts, k = [], 0
+    for i, o in enumerate(graph_outputs):
+        if o is None:
+            layouts.append(None)
+            continue
+        val = _val(o)
+        order = _memory_order(val)
+        layouts.append(None if order is None else (tuple(val.shape), tuple(val.stride())))
+        if order is not None:
+            with graph.inserting_before(output):
+                ordered = graph.call_function(permute, (o, order))
+            ordered.meta["val"] = permute(val, order)
+            results[k] = graph_outputs[i] = ordered
+        k += 1
+    output.args = (tuple(results),)
+    fgm.recompile()
+    if not any(orders) and not any(layouts):
+        return (), ()
+    return tuple(orders), tuple(layouts)
 
 
 def _lower(gm, name, tmfx, ir, fx_importer, PassManager):
     """:func:`lower` itself, through torch-mlir (``gm`` has its metadata)."""
     fgm, graph_outputs, mutations = _functional_graph(gm)
+    input_orders, output_layouts = _memory_order_layouts(fgm, graph_outputs, mutations)
     placeholders = [n for n in fgm.graph.nodes if n.op == "placeholder"]
     input_specs = tuple(_spec(_val(p), f"input {i} ({p.name})")
                         for i, p in enumerate(placeholders))
@@ -568,7 +655,8 @@ def _lower(gm, name, tmfx, ir, fx_importer, PassManager):
             text = module.operation.get_asm(enable_debug_info=False)
     return LoweredGraph(name=name, mlir=text, input_specs=input_specs, output_specs=output_specs,
                         aliases=aliases,
-                        cache_key=_cache_key(text, input_specs, output_specs, aliases))
+                        cache_key=_cache_key(text, input_specs, output_specs, aliases),
+                        input_orders=input_orders, output_layouts=output_layouts)
 
 
 def _first_line(message):
@@ -639,6 +727,7 @@ def run_with_jax(lowered, inputs):
     args = []
     with jax.enable_x64(True):  # without it, jax would pass int64 inputs as int32
         for i, (x, spec) in enumerate(zip(inputs, lowered.input_specs)):
+            x = lowered.module_input(i, x)
             if tuple(x.shape) != spec.shape:
                 raise ValueError(f"{lowered.name}: input {i} has shape {tuple(x.shape)}, the "
                                  f"module takes {spec}")
@@ -650,7 +739,8 @@ def run_with_jax(lowered, inputs):
         with torch.no_grad():
             inputs[i].copy_(r)
     it = iter(results[:n])
-    return [None if s is None else next(it) for s in lowered.output_specs]
+    return [None if s is None else lowered.graph_output(i, next(it))
+            for i, s in enumerate(lowered.output_specs)]
 
 
 # The partitioning half (stablehlo_partition.py), imported last: it uses what is defined above.

@@ -204,12 +204,13 @@ class LoweredSubmodule(torch.nn.Module):
         if self.chunks is not None:
             return self.chunks(*args)
         outs = self.executor(self.lowered, list(args))
-        if self._strided:  # a program's results are contiguous; eager's need not be
+        if self._strided:  # eager's strides, where an executor did not keep them
             outs = list(outs)
             for i, stride in self._strided:
                 o = outs[i]
-                outs[i] = torch.empty_strided(o.shape, stride, dtype=o.dtype,
-                                              device=o.device).copy_(o)
+                if o.stride() != stride:
+                    outs[i] = torch.empty_strided(o.shape, stride, dtype=o.dtype,
+                                                  device=o.device).copy_(o)
         return outs[0] if self._single else tuple(outs)
 
 
