@@ -205,6 +205,7 @@ def test_event_ordering_and_timing(device_type, devmod):
 def test_record_stream_keeps_memory_until_stream_done(device_type, devmod):
     side = devmod.Stream()
     t = torch.ones(1 << 20, device=device_type)
+    side.wait_stream(devmod.current_stream())  # the fill is queued on the current stream
     with devmod.stream(side):
         u = t * 3
     t.record_stream(side)

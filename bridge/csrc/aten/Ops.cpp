@@ -417,11 +417,15 @@ at::Tensor &fill_scalar(at::Tensor &self, const at::Scalar &value)
         return self;
     if (!hostAddressable(self.device().index()) && self.is_non_overlapping_and_dense() &&
         !self.is_conj() && !self.is_neg()) {
-        at::Tensor staged = at::empty_strided(self.sizes(), self.strides(),
-                                              self.options().device(c10::DeviceType::CPU));
-        staged.fill_(value);
+        // Filled in pinned memory and copied in stream order, without waiting for the
+        // stream's earlier work (as a fill kernel would not): autograd's first gradient
+        // (ones_like) would otherwise drain the stream behind a compiled forward.
         const c10::DeviceGuard guard(self.device());
-        copyDenseBytes(self, staged, /*non_blocking=*/false);
+        at::Tensor staged =
+            at::empty_strided(self.sizes(), self.strides(),
+                              self.options().device(c10::DeviceType::CPU).pinned_memory(true));
+        staged.fill_(value);
+        copyDenseBytes(self, staged, /*non_blocking=*/true);
         return self;
     }
     static const c10::OperatorHandle fill = findOperator("aten::fill_", "Scalar");
