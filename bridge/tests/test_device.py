@@ -5,6 +5,7 @@ host-addressable device say so.
 """
 
 import io
+import json
 import os
 import subprocess
 import sys
@@ -586,6 +587,93 @@ def test_random_fills_of_whole_storages_are_not_staged_in(device_type, host_addr
     assert torch_hal._C._fallback_stats()["bytes_staged_in"] == 10 * 4
     got = base.cpu()
     assert got[:2].eq(0).all() and got[5:].eq(0).all() and got[2:5].ge(1).all()
+
+
+STAGED_CHILD = textwrap.dedent("""
+    import torch, torch_hal
+    device = torch.device(torch_hal.device_type(), 0)
+    module = torch.get_device_module(device)
+    base = torch.arange(4096.0, device=device)
+    module.synchronize()
+    marker = torch.empty(40 << 20, dtype=torch.uint8, device=device)  # a segment of its own
+    torch.manual_seed(0)
+    draws = [torch.empty(4096, device=device).bernoulli_(0.5) for _ in range(4)]
+    sums = [base + i for i in range(4)]
+    module.synchronize()
+    torch.manual_seed(0)
+    for i in range(4):
+        assert torch.equal(draws[i].cpu(), torch.empty(4096).bernoulli_(0.5))
+        assert torch.equal(sums[i].cpu(), torch.arange(4096.0) + i)
+    print("OK")
+""")
+
+
+def _hal_calls_after_marker(trace):
+    """The HAL calls of a child's trace between its 40 MiB marker allocation and its first
+    device_synchronize after it."""
+    events = json.loads(trace.read_text())
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    events = sorted((e for e in events if e.get("cat") == "hal" and "ts" in e),
+                    key=lambda e: e["ts"])
+    start = next(e["ts"] for e in events if e["name"] == "mem_alloc"
+                 and e["args"].get("kind") == "device" and e["args"].get("bytes", 0) >= 40 << 20)
+    end = next(e["ts"] for e in events if e["name"] == "device_synchronize" and e["ts"] > start)
+    return [e["name"] for e in events if start < e["ts"] < end]
+
+
+@pytest.mark.own_backend_trainium
+def test_staged_operators_return_without_waiting_for_their_copies(tmp_path):
+    """On a device that stages (the Trainium backend), a fallback operator queues the copies
+    of its results to the device and returns: a draw into a fresh tensor (nothing staged in)
+    waits for nothing, an addition waits only for its input's copy to the host. The host
+    buffers the queued copies read stay alive until they ran: the values are right."""
+    trace = tmp_path / "trace.json"
+    env = dict(os.environ, TORCH_HAL_BACKEND="trainium", HAL_LAYERS="trace",
+               HAL_TRACE_FILE=str(trace), NEURON_EMU_LOCK_DIR=str(tmp_path / "neuron-emu"))
+    r = subprocess.run([sys.executable, "-c", STAGED_CHILD], env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0 and "OK" in r.stdout, r.stdout[-2000:] + r.stderr[-3000:]
+    calls = _hal_calls_after_marker(trace)
+    assert calls.count("memcpy_async") == 4 + 4 * 2, calls  # draws: out; sums: in and out
+    assert calls.count("stream_synchronize") == 4, calls  # each sum's input, once
+
+
+def test_buffers_of_many_queued_copies_stay_alive_until_copied(device_type):
+    """More staged operators in a row than the fallback holds buffers for (it then waits for
+    the oldest): every result is its own."""
+    base = torch.arange(1000.0, device=device_type)
+    sums = [base + i for i in range(600)]
+    want = torch.arange(1000.0)
+    for i, s in enumerate(sums):
+        assert torch.equal(s.cpu(), want + i), i
+
+
+STREAM_FAILURE_CHILD = textwrap.dedent("""
+    import torch, torch_hal
+    device = torch.device(torch_hal.device_type(), 0)
+    module = torch.get_device_module(device)
+    x = torch.empty(4096, device=device).bernoulli_(0.5)  # its copy to the device fails
+    print("RETURNED")
+    try:
+        module.synchronize()
+    except RuntimeError as e:
+        print("SYNCHRONIZE", e)
+""")
+
+
+@pytest.mark.own_backend_trainium
+def test_a_failed_copy_of_a_staged_operator_is_reported_at_the_next_synchronization(tmp_path):
+    """The copy of a fallback operator's result to the device fails on the stream (the faults
+    layer's stream_fail): the operator has returned already, and the next synchronisation
+    reports the failure, naming the backend, as CUDA reports a failed asynchronous copy."""
+    env = dict(os.environ, TORCH_HAL_BACKEND="trainium", HAL_LAYERS="faults",
+               HAL_FAULTS="stream_fail:count=1", NEURON_EMU_LOCK_DIR=str(tmp_path / "emu"))
+    r = subprocess.run([sys.executable, "-c", STREAM_FAILURE_CHILD], env=env,
+                       capture_output=True, text=True, timeout=600)
+    out = r.stdout.splitlines()
+    assert out[:1] == ["RETURNED"], r.stdout[-2000:] + r.stderr[-3000:]
+    assert len(out) == 2 and out[1].startswith("SYNCHRONIZE"), out
+    assert "injected stream failure" in out[1] and "trainium" in out[1], out
 
 
 # ---- Where the CPU's paths are taken: dropout, the backward's thread, copies ------------------

@@ -11,7 +11,9 @@
 // Other devices: the bytes of each storage an argument uses are staged into pinned host
 // memory (the referenced range; the whole storage when the operator writes to it), the kernel
 // runs on the host copies, written ranges are copied back and fresh outputs are copied to the
-// device. Views of inputs are still returned as device views.
+// device. Only the copies in are waited for: those back are queued on the current streams and
+// their host buffers held until they ran (FallbackPendingCopies.h). Views of inputs are still
+// returned as device views.
 //
 // Either way in-place, out= (including resizes) and view semantics match the CPU kernel's.
 // Its registration is FallbackRegistration.cpp's; where autograd runs its backward and with how
@@ -35,6 +37,7 @@
 #include "aten/Common.h"
 #include "aten/FallbackContainers.h"
 #include "aten/FallbackGenerators.h"
+#include "aten/FallbackPendingCopies.h"
 #include "aten/FallbackStandIns.h"
 #include "runtime/Allocator.h"
 #include "runtime/DeviceActivity.h"
@@ -344,8 +347,14 @@ class FallbackCall
     void setUpMirrors()
     {
         // CPU code is about to read and write device memory: let queued work finish first.
-        for (c10::DeviceIndex d : devices_)
-            synchronizeCurrentStream(d);
+        // Staged, it reads only what is copied in below (then waited for) and writes host
+        // buffers, whose copies back are ordered after the queued work.
+        if (in_place_) {
+            for (c10::DeviceIndex d : devices_)
+                synchronizeCurrentStream(d);
+        } else {
+            releaseCopiedBuffers();
+        }
 
         if (!in_place_)
             measureSpans();
@@ -739,8 +748,20 @@ class FallbackCall
     // Staging buffers are freed when this call returns: wait for the copies that read them.
     void finishCopies()
     {
-        for (c10::DeviceIndex d : pending_copies_)
-            synchronizeCurrentStream(d);
+        if (pending_copies_.empty())
+            return;
+        if (in_place_) {
+            for (c10::DeviceIndex d : pending_copies_)
+                synchronizeCurrentStream(d);
+            return;
+        }
+        // Staged: the call returns without waiting for its copies to the device; their
+        // sources (fresh outputs, the staging buffers written back) live until they ran.
+        std::vector<c10::Storage> buffers(keep_alive_.begin(), keep_alive_.end());
+        for (Mirror &mirror : mirrors_)
+            if (mirror.cpu.unsafeGetStorageImpl() != nullptr)
+                buffers.push_back(std::move(mirror.cpu));
+        holdUntilCopied(pending_copies_, std::move(buffers));
     }
 };
 
