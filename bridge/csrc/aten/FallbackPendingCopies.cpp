@@ -13,18 +13,22 @@ namespace torch_hal
 namespace
 {
 
-// Sets beyond this are waited for: a host that outruns its device by more than this many
-// staged operators holds their buffers for no gain.
+// Beyond these the oldest sets are waited for: a host that outruns its device by more than
+// this many staged operators, or this many bytes, holds their buffers for no gain (and they are
+// released only by a later staged call).
 constexpr size_t kMaxHeldSets = 256;
+constexpr size_t kMaxHeldBytes = size_t{ 256 } << 20;
 
 struct HeldSet {
     c10::SmallVector<hal_event_t, 2> events; // one per device, recorded after the copies
     std::vector<c10::Storage> buffers;
+    size_t bytes = 0;
 };
 
 struct Held {
     std::mutex mutex;
     std::deque<HeldSet> sets;
+    size_t bytes = 0;
 };
 
 // Leaked: buffers still held at exit need not be released, and fallback calls may run during
@@ -59,6 +63,7 @@ void releaseCopiedBuffers()
         Held &h = held();
         std::lock_guard<std::mutex> lock(h.mutex);
         while (!h.sets.empty() && completed(h.sets.front())) {
+            h.bytes -= h.sets.front().bytes;
             done.push_back(std::move(h.sets.front()));
             h.sets.pop_front();
         }
@@ -71,6 +76,8 @@ void holdUntilCopied(const DeviceSet &devices, std::vector<c10::Storage> buffers
 {
     HeldSet set;
     set.buffers = std::move(buffers);
+    for (const c10::Storage &buffer : set.buffers)
+        set.bytes += buffer.nbytes();
     for (c10::DeviceIndex d : devices) {
         hal_event_t event = nullptr;
         hal_status_t st = hal_event_create(halDevice(d), HAL_EVENT_FLAG_NONE, &event);
@@ -88,19 +95,23 @@ void holdUntilCopied(const DeviceSet &devices, std::vector<c10::Storage> buffers
             synchronizeCurrentStream(e);
         return;
     }
-    HeldSet oldest;
+    std::deque<HeldSet> oldest;
     {
         Held &h = held();
         std::lock_guard<std::mutex> lock(h.mutex);
+        h.bytes += set.bytes;
         h.sets.push_back(std::move(set));
-        if (h.sets.size() > kMaxHeldSets) {
-            oldest = std::move(h.sets.front());
+        while (!h.sets.empty() && (h.sets.size() > kMaxHeldSets || h.bytes > kMaxHeldBytes)) {
+            h.bytes -= h.sets.front().bytes;
+            oldest.push_back(std::move(h.sets.front()));
             h.sets.pop_front();
         }
     }
-    for (hal_event_t event : oldest.events)
-        (void)hal_event_synchronize(event); // a failure is the stream's, reported by its next sync
-    destroyEvents(oldest);
+    for (HeldSet &old : oldest) {
+        for (hal_event_t event : old.events)
+            (void)hal_event_synchronize(event); // a failure is the stream's, reported later
+        destroyEvents(old);
+    }
     releaseCopiedBuffers();
 }
 

@@ -19,8 +19,9 @@ namespace torch_hal
 {
 
 // Keeps `buffers` alive until the work queued so far on the current streams of `devices` has
-// completed (one event per device, recorded now). Holds at most a bounded number of sets: past
-// it, the oldest set's copies are waited for. Releases the sets whose copies have completed.
+// completed (one event per device, recorded now). Holds at most 256 sets and 256 MiB: past
+// either, the oldest sets' copies are waited for (this one's too, if it alone is larger).
+// Releases the sets whose copies have completed.
 // Where an event cannot be created or recorded, it synchronizes the devices' current streams
 // instead (throwing c10::Error as that does, for an error the stream reports).
 // Thread safety: safe.
