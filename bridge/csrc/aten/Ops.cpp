@@ -420,10 +420,12 @@ at::Tensor &fill_scalar(at::Tensor &self, const at::Scalar &value)
         // Filled in pinned memory and copied in stream order, without waiting for the
         // stream's earlier work (as a fill kernel would not): autograd's first gradient
         // (ones_like) would otherwise drain the stream behind a compiled forward.
+        // The block comes from this device's pinned allocator, so that it can be held for
+        // the copy on the stream (whichever accelerator PyTorch would pin memory for).
         const c10::DeviceGuard guard(self.device());
-        at::Tensor staged =
-            at::empty_strided(self.sizes(), self.strides(),
-                              self.options().device(c10::DeviceType::CPU).pinned_memory(true));
+        at::Tensor staged = at::detail::empty_strided_generic(
+            self.sizes(), self.strides(), hostAllocator(),
+            c10::DispatchKeySet(c10::DispatchKey::CPU), self.scalar_type());
         staged.fill_(value);
         copyDenseBytes(self, staged, /*non_blocking=*/true);
         return self;
