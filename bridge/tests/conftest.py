@@ -12,9 +12,12 @@ each other as on one machine. Likewise its compile caches (TORCH_HAL_STABLEHLO_C
 NEURON_EMU_XLA_CACHE) are its own unless set, removed at the end.
 """
 
+import json
 import os
 import secrets
 import shutil
+import subprocess
+import sys
 
 _NEURON_INSTANCE = None
 if not os.environ.get("NEURON_EMU_INSTANCE_ID") and not os.environ.get("NEURON_EMU_LOCK_DIR"):
@@ -113,6 +116,33 @@ def devmod(device_type):
 @pytest.fixture
 def host_addressable(devmod):
     return devmod.get_device_properties(0).host_addressable
+
+
+@pytest.fixture
+def traced_child(tmp_path):
+    """Runs Python ``code`` in a child process on the Trainium backend under the HAL's trace
+    layer (an emulated machine of its own, under ``tmp_path``), checks that it printed OK, and
+    returns the names of the HAL calls it made, in order, between its marker (a device
+    allocation of at least 40 MiB) and its first device_synchronize after that."""
+    def run(code):
+        trace = tmp_path / "trace.json"
+        env = dict(os.environ, TORCH_HAL_BACKEND="trainium", HAL_LAYERS="trace",
+                   HAL_TRACE_FILE=str(trace), NEURON_EMU_LOCK_DIR=str(tmp_path / "neuron-emu"))
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                           text=True, timeout=600)
+        assert r.returncode == 0 and "OK" in r.stdout, r.stdout[-2000:] + r.stderr[-3000:]
+        events = json.loads(trace.read_text())
+        events = events["traceEvents"] if isinstance(events, dict) else events
+        events = sorted((e for e in events if e.get("cat") == "hal" and "ts" in e),
+                        key=lambda e: e["ts"])
+        marks = [e["ts"] for e in events if e["name"] == "mem_alloc"
+                 and e["args"].get("kind") == "device" and e["args"].get("bytes", 0) >= 40 << 20]
+        assert len(marks) == 1, marks
+        end = next(e["ts"] for e in events
+                   if e["name"] == "device_synchronize" and e["ts"] > marks[0])
+        return [e["name"] for e in events if marks[0] < e["ts"] < end]
+
+    return run
 
 
 # Filled by test_opinfo.py; printed at the end of the run.

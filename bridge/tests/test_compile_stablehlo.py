@@ -11,7 +11,6 @@ Inductor's own deviation from eager.
 """
 
 import copy
-import json
 import os
 import subprocess
 import sys
@@ -269,27 +268,12 @@ HOST_INPUT_CHILD = textwrap.dedent("""
 
 
 @pytest.mark.own_backend_trainium
-def test_a_host_input_is_passed_without_waiting_for_the_device(tmp_path):
+def test_a_host_input_is_passed_without_waiting_for_the_device(traced_child):
     """A graph input on the host (an optimizer's learning rate as a CPU tensor) goes to the
     device through pinned memory without draining the stream: four compiled calls make no
     stream synchronisation (the trace layer's record), and each call uses the value it was
     given, whatever the caller writes into the tensor after it."""
-    trace = tmp_path / "trace.json"
-    env = dict(os.environ, TORCH_HAL_BACKEND="trainium", HAL_LAYERS="trace",
-               HAL_TRACE_FILE=str(trace), NEURON_EMU_LOCK_DIR=str(tmp_path / "neuron-emu"))
-    r = subprocess.run([sys.executable, "-c", HOST_INPUT_CHILD], env=env, capture_output=True,
-                       text=True, timeout=600)
-    assert r.returncode == 0 and "OK" in r.stdout, r.stdout[-2000:] + r.stderr[-3000:]
-    events = json.loads(trace.read_text())
-    events = events["traceEvents"] if isinstance(events, dict) else events
-    marks = [e["ts"] for e in events if e.get("name") == "mem_alloc"
-             and e.get("args", {}).get("kind") == "device"
-             and e.get("args", {}).get("bytes", 0) >= 40 << 20]
-    assert len(marks) == 1, marks
-    end = min(e["ts"] for e in events
-              if e.get("name") == "device_synchronize" and e.get("ts", 0) > marks[0])
-    calls = [e["name"] for e in sorted(events, key=lambda e: e.get("ts", 0))
-             if e.get("cat") == "hal" and marks[0] < e.get("ts", 0) < end]
+    calls = traced_child(HOST_INPUT_CHILD)
     assert calls.count("kernel_launch") == 4, calls
     assert "stream_synchronize" not in calls, calls
 

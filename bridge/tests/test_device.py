@@ -5,7 +5,6 @@ host-addressable device say so.
 """
 
 import io
-import json
 import os
 import subprocess
 import sys
@@ -608,32 +607,13 @@ STAGED_CHILD = textwrap.dedent("""
 """)
 
 
-def _hal_calls_after_marker(trace):
-    """The HAL calls of a child's trace between its 40 MiB marker allocation and its first
-    device_synchronize after it."""
-    events = json.loads(trace.read_text())
-    events = events["traceEvents"] if isinstance(events, dict) else events
-    events = sorted((e for e in events if e.get("cat") == "hal" and "ts" in e),
-                    key=lambda e: e["ts"])
-    start = next(e["ts"] for e in events if e["name"] == "mem_alloc"
-                 and e["args"].get("kind") == "device" and e["args"].get("bytes", 0) >= 40 << 20)
-    end = next(e["ts"] for e in events if e["name"] == "device_synchronize" and e["ts"] > start)
-    return [e["name"] for e in events if start < e["ts"] < end]
-
-
 @pytest.mark.own_backend_trainium
-def test_staged_operators_return_without_waiting_for_their_copies(tmp_path):
+def test_staged_operators_return_without_waiting_for_their_copies(traced_child):
     """On a device that stages (the Trainium backend), a fallback operator queues the copies
     of its results to the device and returns: a draw into a fresh tensor (nothing staged in)
     waits for nothing, an addition waits only for its input's copy to the host. The host
     buffers the queued copies read stay alive until they ran: the values are right."""
-    trace = tmp_path / "trace.json"
-    env = dict(os.environ, TORCH_HAL_BACKEND="trainium", HAL_LAYERS="trace",
-               HAL_TRACE_FILE=str(trace), NEURON_EMU_LOCK_DIR=str(tmp_path / "neuron-emu"))
-    r = subprocess.run([sys.executable, "-c", STAGED_CHILD], env=env, capture_output=True,
-                       text=True, timeout=600)
-    assert r.returncode == 0 and "OK" in r.stdout, r.stdout[-2000:] + r.stderr[-3000:]
-    calls = _hal_calls_after_marker(trace)
+    calls = traced_child(STAGED_CHILD)
     assert calls.count("memcpy_async") == 4 + 4 * 2, calls  # draws: out; sums: in and out
     assert calls.count("stream_synchronize") == 4, calls  # each sum's input, once
 
