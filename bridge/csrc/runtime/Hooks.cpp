@@ -5,7 +5,6 @@
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/Allocator.h>
 
-#include <mutex>
 #include <vector>
 
 #include "runtime/Allocator.h"
@@ -139,12 +138,14 @@ struct HalHooks final : public at::PrivateUse1HooksInterface {
 
 const at::Generator &defaultGenerator(c10::DeviceIndex index)
 {
-    static std::once_flag once;
-    static std::vector<at::Generator> generators;
-    std::call_once(once, [] {
+    // Made once, as a function-local static: after that a read is one load, where
+    // std::call_once writes two thread-locals on every random operator.
+    static const std::vector<at::Generator> generators = [] {
+        std::vector<at::Generator> made;
         for (c10::DeviceIndex i = 0; i < deviceCount(); ++i)
-            generators.push_back(at::make_generator<HalGeneratorImpl>(i));
-    });
+            made.push_back(at::make_generator<HalGeneratorImpl>(i));
+        return made;
+    }();
     if (index < 0)
         index = currentDevice();
     // Every device of the node has one, as on CUDA (manual_seed_all, get_rng_state_all): a
