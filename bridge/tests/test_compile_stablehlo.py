@@ -162,18 +162,24 @@ def test_checkpointed_dropout_is_drawn_outside_and_recomputed_in_the_backward(de
 
 
 def test_results_keep_eagers_strides(device):
-    """A program's results are contiguous; a region's result that eager traced as a transpose
-    gets eager's strides back (what follows it, or the caller, may depend on them)."""
+    """A region's result that eager traced as a transpose gets eager's strides back (what
+    follows it, or the caller, may depend on them), and an input traced so is passed as it is:
+    the program takes and returns them in memory order, so no operator copies them."""
     _fresh()
 
-    def f(x):
-        return (x * 2).transpose(0, 2), torch.tanh(x).permute(1, 0, 2)
+    def f(x, w):
+        return (x * 2).transpose(0, 2), torch.tanh(x).permute(1, 0, 2), w * 3
 
     x = torch.randn(4, 3, 5, device=device)
-    got, want = torch.compile(f)(x), f(x)
-    for g, w in zip(got, want):
-        assert g.stride() == w.stride()
-        torch.testing.assert_close(g.cpu(), w.cpu())
+    w = torch.randn(5, 6, device=device).t()
+    compiled = torch.compile(f)
+    compiled(x, w)
+    torch_hal._C._reset_fallback_stats()
+    got = compiled(x, w)
+    assert torch_hal._C._fallback_stats()["calls"] == 0
+    for g, want in zip(got, f(x, w)):
+        assert g.stride() == want.stride()
+        torch.testing.assert_close(g.cpu(), want.cpu())
 
 
 def test_random_ops_that_are_not_dropout_stay_eager_and_are_counted(device):
