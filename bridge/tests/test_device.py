@@ -773,6 +773,43 @@ def test_autograd_device_threads_are_named_when_the_first_backward_returns(devic
             p.wait()
 
 
+def test_at_exit_device_threads_have_released_every_backward(device_type):
+    """Autograd's device thread releases a backward's task after backward() has returned, and
+    the task holds the Python context torch stashes for every backward. Released during
+    interpreter shutdown, that aborts the process, so torch_hal's exit handler returns only
+    once the device threads have released every backward before it: the context (and what it
+    holds) is gone by then."""
+    import contextvars
+    import weakref
+
+    class Marker:
+        pass
+
+    var = contextvars.ContextVar("marker")
+    marker = Marker()
+    released = weakref.ref(marker)
+    token = var.set(marker)
+    with torch.autograd.set_multithreading_enabled(True):  # on the device's thread
+        torch.ones(2, requires_grad=True, device=device_type).sum().backward()
+    var.reset(token)
+    del marker
+    torch_hal._C._release_finished_backwards()
+    assert released() is None
+
+
+def test_a_process_ending_right_after_its_first_backward_exits_cleanly(device_type, tmp_path):
+    """The race above, as a user meets it: a script that ends right after its first backward.
+    Without the exit handler, a few in a hundred such processes aborted on the emulated
+    NeuronCores ("terminate called without an active exception")."""
+    code = (f"import torch\n"
+            f"torch.ones(2, requires_grad=True, device='{device_type}').sum().backward()\n")
+    env = dict(os.environ, NEURON_EMU_LOCK_DIR=str(tmp_path))
+    for _ in range(10):
+        proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                              text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+
+
 def test_a_device_copy_is_one_operator(device_type):
     """PyTorch's copy_ sends every copy involving a PrivateUse1 tensor to _copy_from, a second
     operator through the dispatcher; the device's own copy_ does the copy itself."""

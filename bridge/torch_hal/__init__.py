@@ -9,6 +9,7 @@ If the backend cannot be opened, ``import torch`` still works: torch_hal warns o
 backend and the HAL's error message, and registers nothing.
 """
 
+import atexit
 import os
 import sys
 import warnings
@@ -91,6 +92,7 @@ def _load():
         _after_import.after_import("torch.multiprocessing",
                                    lambda _: _sharing.install(name, backend))
         _loaded = True
+        atexit.register(_release_finished_backwards)
         _register_distributed()
     except Exception as exc:  # import torch must survive a missing or broken backend
         _load_error = f"{type(exc).__name__}: {exc}"
@@ -129,6 +131,22 @@ def _warn_if_emulated(backend):
         RuntimeWarning,
         stacklevel=3,
     )
+
+
+def _release_finished_backwards():
+    """At exit, waits until autograd's device threads have released the backwards that ran.
+
+    A device thread releases a backward's task after backward() has returned, and the task
+    holds the Python context torch stashes for every backward: released once the interpreter
+    is shutting down, it aborts the process ("terminate called without an active exception").
+    """
+    from . import _C
+
+    try:
+        _C._release_finished_backwards()
+    except Exception as exc:  # a device that fails now has failed before; the exit goes on
+        warnings.warn(f"torch_hal: at exit, a backward on the '{backend_name()}' backend's "
+                      f"devices failed: {exc}", RuntimeWarning, stacklevel=1)
 
 
 def _register_distributed():

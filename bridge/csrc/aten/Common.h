@@ -53,6 +53,19 @@ void backwardOnCallingThread();
 // lookup for both). Thread safety: safe.
 void matchCallerThreads();
 
+// Autograd's device threads release a backward's graph task after its caller has returned.
+// The task's thread-local state holds the Python context that torch stashes for every backward
+// (torch/autograd/graph.py); released during interpreter shutdown, that takes the GIL, Python
+// ends the thread inside a noexcept destructor, and the process aborts ("terminate called
+// without an active exception"). A device thread runs one task at a time, so this runs one
+// backward on each initialised device of this process, from a thread of its own (whose
+// thread-local state holds no Python object), and returns once each device's thread has taken
+// it up: the tasks before it are released by then. torch_hal calls it at exit, while the
+// interpreter is intact. Nothing is done when no backward ran in this process. Throws the
+// device's error if a device operator fails (FallbackThreads.cpp). Thread safety: safe; call
+// it without the GIL (the autograd engine requires that).
+void releaseFinishedBackwards();
+
 // Counters of what the fallback did (exposed as torch_hal._C._fallback_stats()).
 struct FallbackStats {
     uint64_t calls;            // fallback invocations

@@ -1,14 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
-// The threads that run the device's kernels: where autograd runs the backward, and the intra-op
-// threads of the kernels that autograd's device threads run.
+// The threads that run the device's kernels: where autograd runs the backward, the intra-op
+// threads of the kernels that autograd's device threads run, and what those threads still hold
+// when the process ends.
 #include <ATen/Parallel.h>
+#include <ATen/ops/zeros.h>
 #include <c10/core/AutogradState.h>
+#include <c10/core/GradMode.h>
+#include <c10/core/InferenceMode.h>
+#include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/graph_task.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <string>
 #include <thread>
 
@@ -130,7 +136,53 @@ void awaitAutogradThreadsNamed()
     g_autograd_threads_named.store(true, std::memory_order_relaxed);
 }
 
+// One backward on each initialised device of this process, from the calling thread, with
+// autograd's multithreading on so that it runs on the device's worker thread.
+void backwardOnEachDevice()
+{
+    const c10::InferenceMode not_inference(false);
+    const c10::AutoGradMode grad(true);
+    auto &autograd_state = c10::AutogradState::get_tls_state();
+    for (c10::DeviceIndex index = 0; index < deviceCount(); ++index) {
+        if (!ownsDevice(index) || !deviceInitialized(index))
+            continue;
+        at::Tensor leaf = at::zeros({ 1 }, at::TensorOptions().device(kDeviceType, index));
+        leaf.set_requires_grad(true);
+        at::Tensor root = leaf.sum();
+        // After the device operators above: the first one on a thread may have turned
+        // multithreading off (host-addressable devices run their backward on the caller).
+        const bool multithreading = autograd_state.get_multithreading_enabled();
+        autograd_state.set_multithreading_enabled(true);
+        try {
+            torch::autograd::backward({ root });
+        } catch (...) {
+            autograd_state.set_multithreading_enabled(multithreading);
+            throw;
+        }
+        autograd_state.set_multithreading_enabled(multithreading);
+    }
+}
+
 } // namespace
+
+void releaseFinishedBackwards()
+{
+    if (!threadNamed("pt_autograd_0"))
+        return; // autograd starts its device threads in a process's first backward()
+    // A thread of its own: this one's thread-local state (what a backward's task copies) may
+    // hold Python objects; a new thread's holds none.
+    std::exception_ptr error;
+    std::thread worker([&error] {
+        try {
+            backwardOnEachDevice();
+        } catch (...) {
+            error = std::current_exception();
+        }
+    });
+    worker.join();
+    if (error)
+        std::rethrow_exception(error);
+}
 
 void backwardOnCallingThread()
 {

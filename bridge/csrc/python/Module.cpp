@@ -201,6 +201,10 @@ PYBIND11_MODULE(_C, m)
           "Counters of the CPU fallback: calls, in-place vs staged, outputs adopted/aliased/"
           "copied, bytes staged in and out.");
     m.def("_reset_fallback_stats", &resetFallbackStats);
+    m.def("_release_finished_backwards", &releaseFinishedBackwards,
+          py::call_guard<py::gil_scoped_release>(),
+          "Returns once autograd's device threads have released the backwards that ran before "
+          "(torch_hal calls it at exit).");
     m.def("_last_error_message", [] { return std::string(hal_last_error_message()); });
     initProgramBindings(m);
     initMemorySnapshotBindings(m);
