@@ -618,6 +618,34 @@ def test_staged_operators_return_without_waiting_for_their_copies(traced_child):
     assert calls.count("stream_synchronize") == 4, calls  # each sum's input, once
 
 
+FILL_CHILD = textwrap.dedent("""
+    import torch, torch_hal
+    device = torch.device(torch_hal.device_type(), 0)
+    module = torch.get_device_module(device)
+    base = torch.arange(4096.0, device=device)
+    module.synchronize()
+    marker = torch.empty(40 << 20, dtype=torch.uint8, device=device)  # a segment of its own
+    filled = [torch.ones(4096, device=device), torch.full((4096,), 2.5, device=device),
+              torch.ones_like(base), torch.empty(64, dtype=torch.int32, device=device).fill_(7)]
+    module.synchronize()
+    assert torch.equal(filled[0].cpu(), torch.ones(4096))
+    assert torch.equal(filled[1].cpu(), torch.full((4096,), 2.5))
+    assert torch.equal(filled[2].cpu(), torch.ones(4096))
+    assert torch.equal(filled[3].cpu(), torch.full((64,), 7, dtype=torch.int32))
+    print("OK")
+""")
+
+
+@pytest.mark.own_backend_trainium
+def test_a_fill_is_queued_without_waiting(traced_child):
+    """On a device that stages, fill_ (torch.ones, full, ones_like: autograd's first gradient)
+    fills pinned host memory and queues its copy, as a fill kernel would be queued: it does not
+    wait for the work before it (a compiled forward's program), and the values arrive."""
+    calls = traced_child(FILL_CHILD)
+    assert calls.count("memcpy_async") == 4, calls
+    assert "stream_synchronize" not in calls, calls
+
+
 def test_buffers_of_many_queued_copies_stay_alive_until_copied(device_type):
     """More staged operators in a row than the fallback holds buffers for (it then waits for
     the oldest): every result is its own."""

@@ -417,15 +417,17 @@ at::Tensor &fill_scalar(at::Tensor &self, const at::Scalar &value)
         return self;
     if (!hostAddressable(self.device().index()) && self.is_non_overlapping_and_dense() &&
         !self.is_conj() && !self.is_neg()) {
-        // A blocking copy: queued without waiting, autograd's first gradient (ones_like)
-        // lets a backward's device thread outlive the caller's return, and a process that
-        // ends then aborts in PyTorch 2.13 (the thread frees the graph task's Python context
-        // during interpreter shutdown, test_device.py's thread-name test shows it).
-        at::Tensor staged = at::empty_strided(self.sizes(), self.strides(),
-                                              self.options().device(c10::DeviceType::CPU));
-        staged.fill_(value);
+        // Filled in pinned memory and copied in stream order, without waiting for the
+        // stream's earlier work (as a fill kernel would not): autograd's first gradient
+        // (ones_like) would otherwise drain the stream behind a compiled forward.
+        // The block comes from this device's pinned allocator, so that it can be held for
+        // the copy on the stream (whichever accelerator PyTorch would pin memory for).
         const c10::DeviceGuard guard(self.device());
-        copyDenseBytes(self, staged, /*non_blocking=*/false);
+        at::Tensor staged = at::detail::empty_strided_generic(
+            self.sizes(), self.strides(), hostAllocator(),
+            c10::DispatchKeySet(c10::DispatchKey::CPU), self.scalar_type());
+        staged.fill_(value);
+        copyDenseBytes(self, staged, /*non_blocking=*/true);
         return self;
     }
     static const c10::OperatorHandle fill = findOperator("aten::fill_", "Scalar");
