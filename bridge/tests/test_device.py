@@ -537,6 +537,65 @@ def test_fallback_is_zero_copy_on_host_addressable_devices(device_type, host_add
     assert b.device.type == device_type
 
 
+def test_a_foreach_operator_is_one_fallback_call(device_type):
+    """ATen's _foreach_* operators have no CPU kernel, only a composite that runs one operator
+    per list element, which made a fallback call per element. The device runs each as one
+    call: the lists' elements are staged or aliased together and the CPU runs the same
+    composite, so the results are the CPU's, bit for bit. Lists of 40 (past the fallback's
+    small containers), whose elements share storages, cover in-place, functional, scalar-list
+    and reduction overloads."""
+    torch.manual_seed(0)
+    base = torch.randn(20, 8)
+    xs = [torch.randn(8) for _ in range(20)] + list(base.unbind())  # 20 share one storage
+    ys = [torch.randn(8) for _ in range(40)]
+    zs = [torch.rand(8) + 1 for _ in range(40)]
+    scalars = [0.1 * i for i in range(40)]
+    dbase = base.to(device_type)
+    dxs = [x.to(device_type) for x in xs[:20]] + list(dbase.unbind())
+    dys = [y.to(device_type) for y in ys]
+    dzs = [z.to(device_type) for z in zs]
+
+    def check(got, want):
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            assert g.device.type == device_type and torch.equal(g.cpu(), w)
+
+    torch_hal._C._reset_fallback_stats()
+    torch._foreach_addcdiv_(dxs, dys, dzs, scalars)
+    assert torch_hal._C._fallback_stats()["calls"] == 1
+    torch._foreach_addcdiv_(xs, ys, zs, scalars)
+    check(dxs, xs)
+    assert torch.equal(dbase.cpu(), base)  # written through the views
+    torch._foreach_lerp_(dxs, dys, 0.25)
+    torch._foreach_lerp_(xs, ys, 0.25)
+    check(dxs, xs)
+    check(torch._foreach_sqrt(dzs), torch._foreach_sqrt(zs))
+    check(torch._foreach_add(dxs, dys, alpha=2), torch._foreach_add(xs, ys, alpha=2))
+    check(torch._foreach_norm(dxs), torch._foreach_norm(xs))
+    check(torch._foreach_mul(dxs, torch.tensor(3.0, device=device_type)),
+          torch._foreach_mul(xs, torch.tensor(3.0)))
+    torch._foreach_zero_(dys)
+    check(dys, [torch.zeros(8)] * 40)
+
+
+def test_a_foreach_operator_across_two_devices(device_type, devmod):
+    """Lists whose elements are on two devices (a fallback call is on one) keep the composite:
+    one operator per element, each on its own device."""
+    if devmod.device_count() < 2:
+        pytest.skip("needs two devices")
+    xs = [torch.randn(4) for _ in range(4)]
+    ys = [torch.randn(4) for _ in range(4)]
+    devices = [torch.device(device_type, i % 2) for i in range(4)]
+    dxs = [x.to(d) for x, d in zip(xs, devices)]
+    dys = [y.to(d) for y, d in zip(ys, devices)]
+    torch._foreach_add_(dxs, dys)
+    torch._foreach_add_(xs, ys)
+    for got, want, d in zip(dxs, xs, devices):
+        assert got.device == d and torch.equal(got.cpu(), want)
+    with pytest.raises(RuntimeError, match="same device|device"):
+        torch._foreach_add_([dxs[0]], [dys[1]])
+
+
 def test_fallback_stand_ins_reused_across_calls_keep_each_calls_data(device_type):
     """On a host-addressable device a thread reuses the CPU tensors standing in for operator
     arguments from call to call; what a kernel keeps (a view it returns, a storage it resized

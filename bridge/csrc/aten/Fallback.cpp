@@ -256,7 +256,7 @@ class FallbackCall
                name == "aten::_copy_from_and_resize";
     }
 
-    // `t` is borrowed when `borrow` (it outlives the call: an element of original_args_).
+    // `t` is borrowed when `borrow` (it outlives the call: in original_args_ or a list there).
     void addRef(size_t arg, bool write, const at::Tensor &t, bool borrow = false)
     {
         if (!isDeviceTensor(t))
@@ -327,13 +327,13 @@ class FallbackCall
             bool write = alias != nullptr && alias->isWrite();
             if (v.isTensor()) {
                 addRef(i, write, v.toTensor(), /*borrow=*/true);
-            } else if (v.isTensorList()) {
-                for (const at::Tensor &t : v.toTensorVector())
-                    addRef(i, write, t);
-            } else if (v.isOptionalTensorList()) {
-                for (const auto &t : v.toOptionalTensorVector())
-                    if (t.has_value())
-                        addRef(i, write, *t);
+            } else if (v.isTensorList() || v.isOptionalTensorList()) {
+                // Elements borrowed from the list original_args_ holds.
+                const c10::ArrayRef<c10::IValue> elements = v.toListRef();
+                refs_.reserve(refs_.size() + elements.size());
+                for (const c10::IValue &element : elements)
+                    if (element.isTensor())
+                        addRef(i, write, element.toTensor(), /*borrow=*/true);
             } else if (v.isDevice() && v.toDevice().type() == kDeviceType) {
                 device_args_.push_back(i);
                 if (target_ < 0)
@@ -450,11 +450,14 @@ class FallbackCall
                 else
                     slot = v;
             } else if (v.isTensorList()) {
-                std::vector<at::Tensor> list = v.toTensorVector();
-                for (at::Tensor &t : list)
-                    if (isDeviceTensor(t))
-                        t = refs_[next++].cpu;
-                slot = c10::IValue(c10::List<at::Tensor>(list));
+                const c10::ArrayRef<c10::IValue> elements = v.toListRef();
+                c10::List<at::Tensor> list;
+                list.reserve(elements.size());
+                for (const c10::IValue &element : elements) {
+                    const at::Tensor &t = element.toTensor();
+                    list.push_back(isDeviceTensor(t) ? refs_[next++].cpu : t);
+                }
+                slot = c10::IValue(std::move(list));
             } else if (v.isOptionalTensorList()) {
                 std::vector<std::optional<at::Tensor>> list = v.toOptionalTensorVector();
                 for (auto &t : list)

@@ -20,6 +20,46 @@ void boxedFallback(const c10::OperatorHandle &op, torch::jit::Stack *stack)
     cpuFallback(op, stack);
 }
 
+// Whether the device tensors among an operator's arguments (tensor lists included) are all on
+// one device.
+bool argumentsOnOneDevice(const c10::OperatorHandle &op, const torch::jit::Stack &stack)
+{
+    const size_t count = op.schema().arguments().size();
+    c10::DeviceIndex device = -1;
+    auto same = [&device](const at::Tensor &t) {
+        if (!isDeviceTensor(t))
+            return true;
+        if (device < 0)
+            device = t.device().index();
+        return t.device().index() == device;
+    };
+    for (size_t i = stack.size() - count; i < stack.size(); ++i) {
+        const c10::IValue &v = stack[i];
+        if (v.isTensor() && !same(v.toTensor()))
+            return false;
+        if (v.isTensorList())
+            for (const c10::IValue &element : v.toListRef())
+                if (!same(element.toTensor()))
+                    return false;
+    }
+    return true;
+}
+
+// ATen's _foreach_* operators have no CPU kernel: on the CPU, and on a backend without kernels
+// of its own, their CompositeExplicitAutograd kernel runs one operator per list element, so each
+// element went through the fallback by itself (the fallback's fixed cost for each, and on a
+// device that stages, a call's copies for each). One fallback call takes the whole lists, and
+// the CPU runs the same composite on them, element by element, as it does for CPU tensors.
+// Lists that span several devices keep the composite (a fallback call is on one device): the
+// CPU's entry is that composite, since the operator has no CPU kernel.
+void foreachFallback(const c10::OperatorHandle &op, torch::jit::Stack *stack)
+{
+    if (argumentsOnOneDevice(op, *stack))
+        cpuFallback(op, stack);
+    else
+        op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+}
+
 } // namespace
 
 void registerFallback()
@@ -42,6 +82,7 @@ void registerFallback()
     // native_layer_norm, native_group_norm): a backend without kernels would get the
     // composite, whose arithmetic differs from the CPU kernel's in the last bits, so the device
     // would not compute what the CPU computes.
+    // And the _foreach_* operators, as one call each (foreachFallback).
     static auto *direct = new torch::Library(torch::Library::IMPL, "aten",
                                              c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
     auto &dispatcher = c10::Dispatcher::singleton();
@@ -49,18 +90,26 @@ void registerFallback()
         if (name.name.rfind("aten::", 0) != 0)
             continue;
         auto op = dispatcher.findOp(name);
-        if (!op ||
-            !(op->hasKernelForDispatchKey(
-                  c10::DispatchKey::CompositeExplicitAutogradNonFunctional) ||
-              op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd)) ||
-            !op->hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
-            op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1))
+        if (!op || op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1))
+            continue;
+        const bool composite =
+            op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional) ||
+            op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd);
+        const bool cpu_kernel = op->hasKernelForDispatchKey(c10::DispatchKey::CPU);
+        const bool foreach =
+            name.name.rfind("aten::_foreach_", 0) == 0 &&
+            op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd);
+        if (!(composite && cpu_kernel) && !(foreach && !cpu_kernel))
             continue;
         std::string qualified = name.name;
         if (!name.overload_name.empty())
             qualified += "." + name.overload_name;
-        direct->impl(qualified.c_str(),
-                     torch::CppFunction::makeFromBoxedFunction<&boxedFallback>());
+        if (cpu_kernel)
+            direct->impl(qualified.c_str(),
+                         torch::CppFunction::makeFromBoxedFunction<&boxedFallback>());
+        else
+            direct->impl(qualified.c_str(),
+                         torch::CppFunction::makeFromBoxedFunction<&foreachFallback>());
     }
 }
 

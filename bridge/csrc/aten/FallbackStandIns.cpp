@@ -14,7 +14,9 @@ namespace torch_hal
 namespace
 {
 
-constexpr size_t kKeptPerThread = 8;
+// Enough for the lists of a _foreach_* operator on a model's parameters (one call takes a
+// whole list): about 300 bytes each.
+constexpr size_t kKeptPerThread = 256;
 
 } // namespace
 

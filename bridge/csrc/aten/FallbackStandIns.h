@@ -20,7 +20,7 @@
 namespace torch_hal
 {
 
-// A thread's kept stand-ins (at most a handful).
+// A thread's kept stand-ins (at most a list's worth, see FallbackStandIns.cpp).
 struct StandInPool {
     c10::SmallVector<at::Tensor, 8> kept;
     // The dispatch keys a new stand-in gets outside inference mode (the TensorImpl adds
