@@ -40,6 +40,12 @@ step compiled once more as a whole (the loss inside the model's graphs, and clip
 AdamW compiled too, written as a compiled optimizer step is: the learning rate a tensor,
 capturable=True, no GradScaler since bf16 needs none), on both sides: the bytes eager
 operators still stage per step (target: nothing beyond the batch in and the loss out).
+The hal compiled step once more on a private copy of the installed torch with the project's
+series applied (patches/, or patches/<release>/ for another release; --no-series leaves it out):
+on the stock wheel Inductor makes some code-generation decisions only for device.type == "cpu"
+(realization heuristics, the variance algorithm, loop reordering, cat and division lowering), so
+some of the kernels it generates for the device differ from the CPU's; the series makes them the
+same, and this line measures what is left (the same target, reported apart).
 A fifth line, without a target, runs the hal compiled step with TORCH_HAL_COMPILE_LAUNCH=stream
 (the kernels launched on the device's stream as HAL programs, instead of run on the calling
 thread as the cpu backend's host-addressable memory allows by default): the difference is what
@@ -69,6 +75,7 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
 
 
 # ---- Worker (one backend per process) ------------------------------------------------------------
@@ -265,12 +272,12 @@ def worker(device_type, args):
 # ---- Driver ---------------------------------------------------------------------------------------
 
 def run_worker(backend, device_type, args, compile=False, launch="", env_extra=None,
-               steps=None, warmup=None, compile_step=False):
+               steps=None, warmup=None, compile_step=False, python=None):
     env = dict(os.environ, TORCH_HAL_BACKEND=backend, OMP_NUM_THREADS="1",
                TORCH_HAL_COMPILE_LAUNCH=launch, **(env_extra or {}))
     if backend == "trainium":
         env.setdefault("NEURON_RT_NUM_CORES", "1")  # take one NeuronCore, not all of them
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", device_type,
+    cmd = [python or sys.executable, os.path.abspath(__file__), "--worker", device_type,
            "--steps", str(steps or args.steps), "--warmup", str(warmup or args.warmup),
            "--batch-size", str(args.batch_size)] + (["--compile"] if compile else []) + (
                ["--compile-step"] if compile_step else [])
@@ -279,6 +286,33 @@ def run_worker(backend, device_type, args, compile=False, launch="", env_extra=N
         sys.stderr.write(proc.stdout + proc.stderr)
         raise SystemExit(f"bench: the {device_type} worker failed (exit {proc.returncode})")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def torch_with_series(dest):
+    """A private copy of this Python's torch under ``dest`` with the project's series for its
+    release applied (patches/tools/torchcopy.py, halpatch.py): returns (its interpreter, the
+    series directory). Raises RuntimeError with halpatch's output if the series does not
+    apply."""
+    import torch
+
+    tools = os.path.join(REPO, "patches", "tools")
+    sys.path.insert(0, tools)
+    try:
+        import torchcopy
+    finally:
+        sys.path.remove(tools)
+    release = torch.__version__.split("+", 1)[0]
+    series = os.path.join(REPO, "patches", release)
+    if not os.path.isfile(os.path.join(series, "series")):
+        series = os.path.join(REPO, "patches")
+    site = torchcopy.make_copy(dest)
+    proc = subprocess.run([sys.executable, os.path.join(tools, "halpatch.py"), "--series-dir",
+                           series, "apply", str(site), "--mode", "tree"],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the series in {series} does not apply to torch {release}: "
+                           f"{(proc.stdout + proc.stderr).strip()}")
+    return torchcopy.python_executable(site), series
 
 
 def ms(seconds):
@@ -360,6 +394,8 @@ def main(argv=None):
     p.add_argument("--target", type=float, default=1.10, help="hal/cpu step-time target")
     p.add_argument("--skip-neuron", action="store_true", help="only the cpu backend")
     p.add_argument("--skip-compile", action="store_true", help="no torch.compile variants")
+    p.add_argument("--no-series", action="store_true",
+                   help="no hal compiled step on a copy of torch with the series applied")
     p.add_argument("--compile-target", type=float, default=1.05,
                    help="hal compiled / cpu compiled step-time target")
     p.add_argument("--op-cost-target", type=float, default=0.40,
@@ -489,6 +525,29 @@ def main(argv=None):
         targets.append(target(f"hal compiled / cpu compiled step time <= "
                               f"{args.compile_target:.2f}x", ratio, "<=", args.compile_target))
         targets.append(target("hal compiled / cpu eager step time < 1x", faster, "<", 1.0))
+        if not args.no_series:
+            series_root = tempfile.mkdtemp(prefix="bench-torch-series-")
+            try:
+                python, series = torch_with_series(series_root)
+                with_series = run_worker("cpu", "hal", args, compile=True, python=python)
+            except (RuntimeError, OSError) as exc:
+                with_series = None
+                print(f"hal compiled with the series: not measured ({exc})")
+            finally:
+                shutil.rmtree(series_root, ignore_errors=True)
+            if with_series:
+                results["hal_compiled_with_series"] = with_series
+                series_ratio = with_series["device_median_s"] / with_series["cpu_median_s"]
+                name = os.path.relpath(series, REPO)
+                verdict = "met" if series_ratio <= args.compile_target else "NOT met"
+                print(f"hal compiled / cpu compiled, torch with the series ({name}) applied: "
+                      f"{series_ratio:.3f}x (cpu compiled {ms(with_series['cpu_median_s']).strip()}"
+                      f" ms, hal compiled {ms(with_series['device_median_s']).strip()} ms in its "
+                      f"own run; target <= {args.compile_target:.2f}x: {verdict})")
+                results["compile_ratios"]["hal_compiled_vs_cpu_compiled_with_series"] = series_ratio
+                targets.append(target(f"hal compiled / cpu compiled step time <= "
+                                      f"{args.compile_target:.2f}x, torch with the series",
+                                      series_ratio, "<=", args.compile_target))
     if not args.skip_compile and neuron:
         # Cold: compile caches of their own, empty; warm: a new process with the same caches.
         caches = tempfile.mkdtemp(prefix="bench-compile-caches-")
