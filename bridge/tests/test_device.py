@@ -647,13 +647,18 @@ def test_random_fills_of_whole_storages_are_not_staged_in(device_type, host_addr
     assert got[:2].eq(0).all() and got[5:].eq(0).all() and got[2:5].ge(1).all()
 
 
-STAGED_CHILD = textwrap.dedent("""
+# What the traced children below share: a device tensor `base` ready on the device, then the
+# trace's marker (traced_child records the calls from there on).
+TRACED_PREAMBLE = textwrap.dedent("""
     import torch, torch_hal
     device = torch.device(torch_hal.device_type(), 0)
     module = torch.get_device_module(device)
     base = torch.arange(4096.0, device=device)
     module.synchronize()
     marker = torch.empty(40 << 20, dtype=torch.uint8, device=device)  # a segment of its own
+""")
+
+STAGED_CHILD = TRACED_PREAMBLE + textwrap.dedent("""
     torch.manual_seed(0)
     draws = [torch.empty(4096, device=device).bernoulli_(0.5) for _ in range(4)]
     sums = [base + i for i in range(4)]
@@ -677,13 +682,7 @@ def test_staged_operators_return_without_waiting_for_their_copies(traced_child):
     assert calls.count("stream_synchronize") == 4, calls  # each sum's input, once
 
 
-FILL_CHILD = textwrap.dedent("""
-    import torch, torch_hal
-    device = torch.device(torch_hal.device_type(), 0)
-    module = torch.get_device_module(device)
-    base = torch.arange(4096.0, device=device)
-    module.synchronize()
-    marker = torch.empty(40 << 20, dtype=torch.uint8, device=device)  # a segment of its own
+FILL_CHILD = TRACED_PREAMBLE + textwrap.dedent("""
     filled = [torch.ones(4096, device=device), torch.full((4096,), 2.5, device=device),
               torch.ones_like(base), torch.empty(64, dtype=torch.int32, device=device).fill_(7)]
     module.synchronize()
