@@ -293,7 +293,7 @@ def torch_with_series(dest):
     release applied (patches/tools/torchcopy.py, halpatch.py): returns (its interpreter, the
     series directory). Raises RuntimeError with halpatch's output if the series does not
     apply."""
-    import torch
+    from importlib import metadata
 
     tools = os.path.join(REPO, "patches", "tools")
     sys.path.insert(0, tools)
@@ -301,7 +301,7 @@ def torch_with_series(dest):
         import torchcopy
     finally:
         sys.path.remove(tools)
-    release = torch.__version__.split("+", 1)[0]
+    release = metadata.version("torch").split("+", 1)[0]
     series = os.path.join(REPO, "patches", release)
     if not os.path.isfile(os.path.join(series, "series")):
         series = os.path.join(REPO, "patches")

@@ -73,13 +73,13 @@ template <typename Value> class StorageMap
 
     void grow()
     {
-        std::vector<Entry> old(std::max<size_t>(64, 2 * slots_.size()));
-        old.swap(slots_);
+        std::vector<Entry> previous(std::max<size_t>(64, 2 * slots_.size()));
+        previous.swap(slots_); // slots_ is now the larger, empty table
         count_ = 0;
         for (auto &entry : linear_)
             place(entry.first, std::move(entry.second));
         linear_.clear();
-        for (auto &entry : old)
+        for (auto &entry : previous)
             if (entry.first != nullptr)
                 place(entry.first, std::move(entry.second));
     }
