@@ -592,7 +592,7 @@ def test_a_foreach_operator_across_two_devices(device_type, devmod):
     torch._foreach_add_(xs, ys)
     for got, want, d in zip(dxs, xs, devices):
         assert got.device == d and torch.equal(got.cpu(), want)
-    with pytest.raises(RuntimeError, match="same device|device"):
+    with pytest.raises(RuntimeError, match="same device"):
         torch._foreach_add_([dxs[0]], [dys[1]])
 
 
