@@ -92,24 +92,23 @@ void registerFallback()
         auto op = dispatcher.findOp(name);
         if (!op || op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1))
             continue;
+        const bool explicit_composite =
+            op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd);
         const bool composite =
-            op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional) ||
-            op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd);
-        const bool cpu_kernel = op->hasKernelForDispatchKey(c10::DispatchKey::CPU);
-        const bool foreach =
-            name.name.rfind("aten::_foreach_", 0) == 0 &&
-            op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd);
-        if (!(composite && cpu_kernel) && !(foreach && !cpu_kernel))
-            continue;
+            explicit_composite ||
+            op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional);
+        const bool foreach = name.name.rfind("aten::_foreach_", 0) == 0;
         std::string qualified = name.name;
         if (!name.overload_name.empty())
             qualified += "." + name.overload_name;
-        if (cpu_kernel)
-            direct->impl(qualified.c_str(),
-                         torch::CppFunction::makeFromBoxedFunction<&boxedFallback>());
-        else
+        if (op->hasKernelForDispatchKey(c10::DispatchKey::CPU)) {
+            if (composite)
+                direct->impl(qualified.c_str(),
+                             torch::CppFunction::makeFromBoxedFunction<&boxedFallback>());
+        } else if (foreach && explicit_composite) {
             direct->impl(qualified.c_str(),
                          torch::CppFunction::makeFromBoxedFunction<&foreachFallback>());
+        }
     }
 }
 

@@ -5,8 +5,6 @@
 #include <ATen/Parallel.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/AutogradState.h>
-#include <c10/core/GradMode.h>
-#include <c10/core/InferenceMode.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/graph_task.h>
 
@@ -136,30 +134,21 @@ void awaitAutogradThreadsNamed()
     g_autograd_threads_named.store(true, std::memory_order_relaxed);
 }
 
-// One backward on each initialised device of this process, from the calling thread, with
-// autograd's multithreading on so that it runs on the device's worker thread.
+// One backward on each initialised device of this process. Runs on a thread of its own, which
+// ends after it: grad mode is on and inference mode off there, as on any new thread.
 void backwardOnEachDevice()
 {
-    const c10::InferenceMode not_inference(false);
-    const c10::AutoGradMode grad(true);
-    auto &autograd_state = c10::AutogradState::get_tls_state();
     for (c10::DeviceIndex index = 0; index < deviceCount(); ++index) {
         if (!ownsDevice(index) || !deviceInitialized(index))
             continue;
         at::Tensor leaf = at::zeros({ 1 }, at::TensorOptions().device(kDeviceType, index));
         leaf.set_requires_grad(true);
         at::Tensor root = leaf.sum();
-        // After the device operators above: the first one on a thread may have turned
-        // multithreading off (host-addressable devices run their backward on the caller).
-        const bool multithreading = autograd_state.get_multithreading_enabled();
-        autograd_state.set_multithreading_enabled(true);
-        try {
-            torch::autograd::backward({ root });
-        } catch (...) {
-            autograd_state.set_multithreading_enabled(multithreading);
-            throw;
-        }
-        autograd_state.set_multithreading_enabled(multithreading);
+        // On the device's worker thread: the device operators above may have turned this
+        // thread's multithreading off (host-addressable devices run their backward on the
+        // caller).
+        c10::AutogradState::get_tls_state().set_multithreading_enabled(true);
+        torch::autograd::backward({ root });
     }
 }
 
