@@ -167,6 +167,7 @@ typedef hal_status_t (*hq_work_fn_t)(hq_stream_t *stream, void *payload,
 #define HQ_TASK_RUN_ON_ERROR (1u << 0) /* run even after an error latched (else skipped) */
 #define HQ_TASK_NO_SLOT      (1u << 1) /* run without an execution slot (for tasks that block) */
 #define HQ_TASK_HOST_FN      (1u << 2) /* runs HAL code: a failure's detail is host->take_error() */
+#define HQ_TASK_INLINE       (1u << 3) /* may run on the calling thread: see hq_stream_enqueue */
 
 /* Slot stream_create: creates a stream and starts its worker thread (all signals blocked, so
  * that the application's handlers run on its own threads). On a lost device the stream is born
@@ -224,6 +225,12 @@ hal_status_t hq_stream_launch_host_fn(void *stream, hal_stream_host_fn_t fn, voi
  * [in] payload  `size` bytes copied into the queue node (NULL if size is 0).
  * [in] size     at most HQ_PAYLOAD_MAX.
  * [in] flags    HQ_TASK_* bits.
+ * With HQ_TASK_INLINE (and none of the other bits) the task runs at once on the calling thread,
+ * before the call returns, when the stream has nothing queued or running and a slot is free
+ * without waiting; otherwise it is queued as usual. It then holds a slot, latches its error and
+ * may call hq_task_error exactly as on the worker, and the stream's other producers queue behind
+ * it. For short tasks of a blocking runtime (a small copy), where handing the task to a worker
+ * that went to sleep costs more than the task itself.
  * Returns HAL_OK; the latched error (with its detail; nothing queued) unless flags has
  * HQ_TASK_RUN_ON_ERROR; HAL_ERROR_INVALID_ARGUMENT if size exceeds HQ_PAYLOAD_MAX;
  * HAL_ERROR_OUT_OF_HOST_MEMORY (nothing queued).
@@ -273,8 +280,10 @@ hal_status_t hq_event_create(void *device, uint32_t flags, void **event);
 void hq_event_destroy(void *event);
 
 /* Slot event_record: bumps the event's version and queues its completion on the stream, which
- * stamps CLOCK_MONOTONIC time and the stream's status when the worker reaches it. The version is
- * published only once the task is queued, so a failed record leaves the event as it was.
+ * stamps CLOCK_MONOTONIC time and the stream's status when the worker reaches it; on a stream
+ * with nothing queued or running that happens at once, in the call. The version is published
+ * only once the task is queued (or the version completed), so a failed record leaves the event
+ * as it was.
  * Accepted on a failed stream (the version then completes with its error).
  * Returns HAL_OK or HAL_ERROR_OUT_OF_HOST_MEMORY.
  * Thread safety: safe. */

@@ -93,7 +93,8 @@ struct hq_stream {
     hq_task_t *free_tasks;
     hq_task_chunk_t *chunks;
     bool worker_sleeping;
-    uint64_t wake_at; /* smallest `completed` a sleeping synchronize caller waits for */
+    bool inline_running; /* a producer runs an HQ_TASK_INLINE task: the worker must not pop */
+    uint64_t wake_at;    /* smallest `completed` a sleeping synchronize caller waits for */
     bool stop;
 
     _Atomic uint64_t submitted; /* tasks enqueued; written under `lock` */
@@ -115,6 +116,11 @@ struct hq_stream {
  * before a fork. Thread safety: safe. */
 hal_status_t hq_stream_submit(hq_stream_t *stream, const hq_task_head_t *head, const void *payload,
                               size_t size);
+
+/* Completes `version` of the event at once, with the stream's status, if the stream has nothing
+ * queued or running (what a queued record would do when the worker reached it); returns false,
+ * doing nothing, otherwise. Thread safety: safe. */
+bool hq_stream_record_if_idle(hq_stream_t *stream, hq_event_t *event, uint64_t version);
 
 /* Latches the stream's first error (later calls are ignored). Thread safety: safe. */
 void hq_stream_latch(hq_stream_t *stream, hal_status_t status, const char *msg);

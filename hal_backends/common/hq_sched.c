@@ -88,6 +88,13 @@ void hq_sched_acquire(hq_sched_t *sched, int32_t priority, pthread_cond_t *cv)
     pthread_mutex_unlock(&sched->lock);
 }
 
+bool hq_sched_try_acquire(hq_sched_t *sched)
+{
+    if (sched->slots == 0)
+        return true;
+    return atomic_load(&sched->waiting) == 0 && take_slot(sched);
+}
+
 void hq_sched_release(hq_sched_t *sched)
 {
     if (sched->slots == 0)

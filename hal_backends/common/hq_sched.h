@@ -53,7 +53,15 @@ void hq_sched_destroy(hq_sched_t *sched);
  * Thread safety: safe. */
 void hq_sched_acquire(hq_sched_t *sched, int32_t priority, pthread_cond_t *cv);
 
-/* Returns a slot taken with hq_sched_acquire; the best waiter, if any, gets it.
+/* Takes a slot if one is free and nobody waits for one; never blocks (always succeeds for an
+ * unlimited scheduler).
+ * [in] sched  the device's scheduler.
+ * Returns true when the caller now owns a slot (release it with hq_sched_release).
+ * Thread safety: safe. */
+bool hq_sched_try_acquire(hq_sched_t *sched);
+
+/* Returns a slot taken with hq_sched_acquire or hq_sched_try_acquire; the best waiter, if any,
+ * gets it.
  * Thread safety: safe. */
 void hq_sched_release(hq_sched_t *sched);
 

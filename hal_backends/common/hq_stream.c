@@ -145,6 +145,69 @@ hal_status_t hq_stream_submit(hq_stream_t *s, const hq_task_head_t *head, const 
     return HAL_OK;
 }
 
+static void finish_work(hq_stream_t *s, uint32_t flags, hal_status_t rc);
+
+/* Whether nothing of the stream is queued or running. Caller holds the lock. */
+static bool idle_locked(hq_stream_t *s)
+{
+    return s->head == NULL && !s->inline_running && !s->stop &&
+           atomic_load_explicit(&s->completed, memory_order_relaxed) ==
+               atomic_load_explicit(&s->submitted, memory_order_relaxed);
+}
+
+bool hq_stream_record_if_idle(hq_stream_t *s, hq_event_t *event, uint64_t version)
+{
+    if (hq_is_stale(s->generation))
+        return false; /* hq_stream_submit reports it */
+    pthread_mutex_lock(&s->lock);
+    bool idle = idle_locked(s);
+    if (idle)
+        hq_event_complete(event, version,
+                          (hal_status_t)atomic_load_explicit(&s->status, memory_order_acquire));
+    pthread_mutex_unlock(&s->lock);
+    return idle;
+}
+
+/* Runs an HQ_TASK_INLINE task on the calling thread if the stream is idle and a slot is free;
+ * returns false (nothing run) otherwise. */
+static bool run_inline(hq_stream_t *s, hq_work_fn_t fn, const void *payload, size_t size)
+{
+    if (hq_is_stale(s->generation))
+        return false; /* hq_stream_submit reports it */
+    pthread_mutex_lock(&s->lock);
+    bool idle = idle_locked(s);
+    if (idle && hq_sched_try_acquire(&s->device->sched))
+        s->inline_running = true;
+    else
+        idle = false;
+    pthread_mutex_unlock(&s->lock);
+    if (!idle)
+        return false;
+
+    union {
+        max_align_t align;
+        unsigned char bytes[HQ_PAYLOAD_MAX];
+    } copy; /* the task may modify its payload, as on the worker */
+    if (size > 0)
+        memcpy(copy.bytes, payload, size);
+    hq_stream_t *outer = tls_current_stream; /* a worker's host function may be the caller */
+    s->task_msg[0] = '\0';
+    tls_current_stream = s;
+    /* Acquire: hq_device_mark_lost may latch from another thread; a failed stream skips it. */
+    hal_status_t st = (hal_status_t)atomic_load_explicit(&s->status, memory_order_acquire);
+    hal_status_t rc = st == HAL_OK ? fn(s, copy.bytes, st) : HAL_OK;
+    tls_current_stream = outer;
+    hq_sched_release(&s->device->sched);
+    finish_work(s, 0, rc);
+
+    pthread_mutex_lock(&s->lock);
+    s->inline_running = false;
+    if (s->head != NULL && s->worker_sleeping)
+        pthread_cond_signal(&s->work_cv); /* producers queued behind the task meanwhile */
+    pthread_mutex_unlock(&s->lock);
+    return true;
+}
+
 hal_status_t hq_stream_enqueue(hq_stream_t *stream, hq_work_fn_t fn, const void *payload,
                                size_t size, uint32_t flags)
 {
@@ -158,6 +221,8 @@ hal_status_t hq_stream_enqueue(hq_stream_t *stream, hq_work_fn_t fn, const void 
         if (st != HAL_OK)
             return st;
     }
+    if (flags == HQ_TASK_INLINE && run_inline(stream, fn, payload, size))
+        return HAL_OK;
     hq_task_head_t head = { .kind = HQ_TASK_WORK, .flags = flags, .u.work = fn };
     return hq_stream_submit(stream, &head, payload, size);
 }
@@ -219,6 +284,12 @@ static void run_work(hq_stream_t *s, hq_task_t *t, hal_status_t st)
     tls_current_stream = NULL;
     if (slot)
         hq_sched_release(sched);
+    finish_work(s, flags, rc);
+}
+
+/* After a work task ran (on the worker or inline): latches its failure with its message. */
+static void finish_work(hq_stream_t *s, uint32_t flags, hal_status_t rc)
+{
     if ((flags & HQ_TASK_HOST_FN) != 0) {
         /* A HAL function that failed inside fn left its detail with the core, for this thread;
          * take it now, before anything else run here can replace it, and always, so that a
@@ -304,7 +375,7 @@ static void *worker_main(void *arg)
         if (task == NULL) {
             hq_spin_until(work_available, &probe, s->spin_us);
             pthread_mutex_lock(&s->lock);
-            while (s->head == NULL && !s->stop) {
+            while ((s->head == NULL || s->inline_running) && !s->stop) {
                 s->worker_sleeping = true;
                 pthread_cond_wait(&s->work_cv, &s->lock);
                 s->worker_sleeping = false;
@@ -326,7 +397,7 @@ static void *worker_main(void *arg)
             s->wake_at = UINT64_MAX;
             pthread_cond_broadcast(&s->idle_cv);
         }
-        task = pop_locked(s);
+        task = s->inline_running ? NULL : pop_locked(s);
         pthread_mutex_unlock(&s->lock);
     }
     return NULL;

@@ -53,6 +53,12 @@
  * are served by priority. Two, like the core's two tensor-operation DMA queues. */
 #define TRN_DEVICE_SLOTS 2u
 
+/* Copies and memsets of at most this many bytes run on the calling thread when their stream has
+ * nothing queued or running (HQ_TASK_INLINE): libnrt's transfer calls block anyway, and below
+ * this size a transfer takes less than handing it to a worker that went to sleep and waking the
+ * caller again. Larger ones stay on the worker, so that the caller overlaps them. */
+#define TRN_INLINE_MAX (256u << 10)
+
 /* Microseconds a stream's waiters spin before they sleep (see trn_device_open), as the cpu
  * backend's default. */
 #define TRN_SPIN_US 20u

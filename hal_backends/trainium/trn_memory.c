@@ -204,6 +204,12 @@ static hal_status_t run_fill(hq_stream_t *stream, void *payload, hal_status_t st
 _Static_assert(sizeof(trn_copy_t) <= HQ_PAYLOAD_MAX, "a copy fits a task's payload");
 _Static_assert(sizeof(trn_fill_t) <= HQ_PAYLOAD_MAX, "a memset fits a task's payload");
 
+/* Small transfers run on the calling thread when the stream is idle (see TRN_INLINE_MAX). */
+static uint32_t inline_up_to(size_t n)
+{
+    return n <= TRN_INLINE_MAX ? HQ_TASK_INLINE : 0;
+}
+
 hal_status_t trn_memcpy_async(void *stream, const hal_backend_ptr_t *dst,
                               const hal_backend_ptr_t *src, size_t n)
 {
@@ -214,7 +220,7 @@ hal_status_t trn_memcpy_async(void *stream, const hal_backend_ptr_t *dst,
     hal_status_t st = check_enqueue(stream, &copy.dst, &copy.src);
     if (st != HAL_OK)
         return st;
-    return hq_stream_enqueue(stream, run_copy, &copy, sizeof(copy), 0);
+    return hq_stream_enqueue(stream, run_copy, &copy, sizeof(copy), inline_up_to(n));
 }
 
 hal_status_t trn_memset_async(void *stream, const hal_backend_ptr_t *dst, int value, size_t n)
@@ -226,7 +232,7 @@ hal_status_t trn_memset_async(void *stream, const hal_backend_ptr_t *dst, int va
     hal_status_t st = check_enqueue(stream, &fill.dst, NULL);
     if (st != HAL_OK)
         return st;
-    return hq_stream_enqueue(stream, run_fill, &fill, sizeof(fill), 0);
+    return hq_stream_enqueue(stream, run_fill, &fill, sizeof(fill), inline_up_to(n));
 }
 
 /* ---- execution (stream worker) ------------------------------------------------------------- */

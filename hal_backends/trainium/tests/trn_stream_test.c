@@ -430,6 +430,52 @@ CTEST(TrnStream, PriorityOrdersWaitingTransfers)
 
 /* A runtime failure latches on its stream with the call, the code and its name: later data
  * work is refused or skipped, callbacks and events are told, other streams go on. */
+/* A small transfer on an idle stream runs on the caller: done when the call returns, no
+ * synchronize needed, even with a failure injected (it latches as on the worker). A large one
+ * (the emulator's DMA slowed to 62.5 MB/s: 4 MiB take about 64 ms) is left to the worker, so the
+ * caller gets on while it runs, and a small one behind it waits its turn. */
+CTEST(TrnStream, SmallTransfersOnAnIdleStreamRunOnTheCaller)
+{
+    TT_REQUIRE_EMULATOR();
+    fixture_t fx;
+    tt_env_reset();
+    tt_setenv("NEURON_EMU_DMA_GBPS", "0.0625");
+    tt_setenv("NEURON_EMU_FAULTS", "write_fail_after=2:1");
+    EXPECT_OK(fx_open(&fx));
+    const size_t big = 4u << 20;
+    hal_stream_t s = NULL;
+    uint8_t *d = NULL, *host = calloc(1, big), small[64], back[64];
+    memset(small, 'S', sizeof(small));
+    memset(back, 0, sizeof(back));
+    CTEST_EXPECT(host != NULL);
+    EXPECT_OK(hal_stream_create(fx.dev[0], 0, &s));
+    EXPECT_OK(hal_mem_alloc(fx.dev[0], HAL_MEM_KIND_DEVICE, big, 0, (void **)&d));
+    if (!ctest_failures_so_far()) {
+        EXPECT_OK(hal_memcpy_async(d, small, sizeof(small), s)); /* write 1 */
+        EXPECT_OK(hal_memcpy_async(back, d, sizeof(back), s));
+        CTEST_EXPECT(tt_find_other(back, sizeof(back), 'S') == sizeof(back));
+        EXPECT_OK(hal_stream_query(s));
+
+        EXPECT_OK(hal_memcpy_async(d, host, big, s)); /* write 2, on the worker */
+        EXPECT_OK(hal_memcpy_async(back, d + big - sizeof(back), sizeof(back), s));
+        CTEST_EXPECT(hal_stream_query(s) == HAL_NOT_READY);
+        CTEST_EXPECT(tt_find_other(back, sizeof(back), 'S') == sizeof(back));
+        EXPECT_OK(hal_stream_synchronize(s));
+        CTEST_EXPECT(tt_find_other(back, sizeof(back), 0) == sizeof(back));
+
+        EXPECT_OK(hal_memcpy_async(d, small, sizeof(small), s)); /* write 3 fails, inline */
+        EXPECT_STATUS(hal_stream_query(s), HAL_ERROR_BACKEND_SPECIFIC);
+        EXPECT_MESSAGE("nrt_tensor_write(tensor of NeuronCore 0, offset 0, 64 bytes) "
+                       "returned NRT_FAILURE (1)");
+        EXPECT_STATUS(hal_memcpy_async(back, d, sizeof(back), s), HAL_ERROR_BACKEND_SPECIFIC);
+    }
+    hal_stream_destroy(s);
+    hal_mem_free(d);
+    free(host);
+    fx_close(&fx);
+    return CTEST_PASS;
+}
+
 CTEST(TrnStream, LatchedRuntimeError)
 {
     TT_REQUIRE_EMULATOR();
