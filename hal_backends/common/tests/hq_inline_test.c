@@ -32,6 +32,13 @@ static void where_init(where_t *w, th_gate_t *gate)
     w->gate = gate;
 }
 
+/* A device of `slots` execution slots whose waiters spin 20 us (see th_config). */
+static void open_device(hq_device_t *dev, uint32_t slots)
+{
+    hq_device_config_t cfg = th_config(0, slots, 20);
+    EXPECT_OK(hq_device_init(dev, &cfg));
+}
+
 static hal_status_t enqueue_inline(void *s, where_t *w)
 {
     return hq_stream_enqueue(s, note_where, &w, sizeof(w), HQ_TASK_INLINE);
@@ -40,8 +47,7 @@ static hal_status_t enqueue_inline(void *s, where_t *w)
 CTEST(HqInline, RunsOnTheCallerWhenTheStreamIsIdle)
 {
     hq_device_t dev;
-    hq_device_config_t cfg = th_config(0, 2, 20);
-    EXPECT_OK(hq_device_init(&dev, &cfg));
+    open_device(&dev, 2);
     void *s = NULL;
     EXPECT_OK(hq_stream_create(&dev, 0, &s));
     where_t w;
@@ -66,8 +72,7 @@ CTEST(HqInline, RunsOnTheCallerWhenTheStreamIsIdle)
 CTEST(HqInline, QueuesBehindPendingWork)
 {
     hq_device_t dev;
-    hq_device_config_t cfg = th_config(0, 2, 20);
-    EXPECT_OK(hq_device_init(&dev, &cfg));
+    open_device(&dev, 2);
     void *s = NULL;
     EXPECT_OK(hq_stream_create(&dev, 0, &s));
     th_gate_t gate;
@@ -111,8 +116,7 @@ static bool gate_entered(void *gate)
 CTEST(HqInline, ProducersQueueBehindARunningInlineTask)
 {
     hq_device_t dev;
-    hq_device_config_t cfg = th_config(0, 2, 20);
-    EXPECT_OK(hq_device_init(&dev, &cfg));
+    open_device(&dev, 2);
     void *s = NULL, *ev = NULL;
     EXPECT_OK(hq_stream_create(&dev, 0, &s));
     EXPECT_OK(hq_event_create(&dev, 0, &ev));
@@ -163,8 +167,7 @@ static hal_status_t gate_work(hq_stream_t *stream, void *payload, hal_status_t s
 CTEST(HqInline, NeedsAFreeSlot)
 {
     hq_device_t dev;
-    hq_device_config_t cfg = th_config(0, 1, 20);
-    EXPECT_OK(hq_device_init(&dev, &cfg));
+    open_device(&dev, 1);
     void *busy = NULL, *s = NULL;
     EXPECT_OK(hq_stream_create(&dev, 0, &busy));
     EXPECT_OK(hq_stream_create(&dev, 0, &s));
@@ -198,8 +201,7 @@ static hal_status_t fail_work(hq_stream_t *stream, void *payload, hal_status_t s
 CTEST(HqInline, AFailureLatchesWithItsMessage)
 {
     hq_device_t dev;
-    hq_device_config_t cfg = th_config(0, 2, 20);
-    EXPECT_OK(hq_device_init(&dev, &cfg));
+    open_device(&dev, 2);
     void *s = NULL, *ev = NULL;
     EXPECT_OK(hq_stream_create(&dev, 0, &s));
     EXPECT_OK(hq_event_create(&dev, 0, &ev));
@@ -242,8 +244,7 @@ static hal_status_t outer_work(hq_stream_t *stream, void *payload, hal_status_t 
 CTEST(HqInline, AWorkerRunningInlineWorkKeepsItsOwnMessage)
 {
     hq_device_t dev;
-    hq_device_config_t cfg = th_config(0, 2, 20);
-    EXPECT_OK(hq_device_init(&dev, &cfg));
+    open_device(&dev, 2);
     void *a = NULL, *b = NULL;
     EXPECT_OK(hq_stream_create(&dev, 0, &a));
     EXPECT_OK(hq_stream_create(&dev, 0, &b));
@@ -266,8 +267,7 @@ CTEST(HqInline, AWorkerRunningInlineWorkKeepsItsOwnMessage)
 CTEST(HqInline, ARecordOnAnIdleStreamCompletesAtOnce)
 {
     hq_device_t dev;
-    hq_device_config_t cfg = th_config(0, 2, 20);
-    EXPECT_OK(hq_device_init(&dev, &cfg));
+    open_device(&dev, 2);
     void *s = NULL, *start = NULL, *end = NULL;
     EXPECT_OK(hq_stream_create(&dev, 0, &s));
     EXPECT_OK(hq_event_create(&dev, HAL_EVENT_FLAG_TIMING, &start));
