@@ -227,10 +227,10 @@ hal_status_t hq_stream_launch_host_fn(void *stream, hal_stream_host_fn_t fn, voi
  * [in] flags    HQ_TASK_* bits.
  * With HQ_TASK_INLINE (and none of the other bits) the task runs at once on the calling thread,
  * before the call returns, when the stream has nothing queued or running and a slot is free
- * without waiting; otherwise it is queued as usual. It then holds a slot, latches its error and
- * may call hq_task_error exactly as on the worker, and the stream's other producers queue behind
- * it. For short tasks of a blocking runtime (a small copy), where handing the task to a worker
- * that went to sleep costs more than the task itself.
+ * without waiting; otherwise it is queued as usual. It then holds a slot and latches its error
+ * as on the worker (its message through hq_stream_task_error), and the stream's other
+ * producers queue behind it. For short tasks of a blocking runtime (a small copy), where
+ * handing the task to a worker that went to sleep costs more than the task itself.
  * Returns HAL_OK; the latched error (with its detail; nothing queued) unless flags has
  * HQ_TASK_RUN_ON_ERROR; HAL_ERROR_INVALID_ARGUMENT if size exceeds HQ_PAYLOAD_MAX;
  * HAL_ERROR_OUT_OF_HOST_MEMORY (nothing queued).
@@ -261,9 +261,20 @@ hq_device_t *hq_stream_device(const hq_stream_t *stream);
 void *hq_stream_ext(hq_stream_t *stream);
 
 /* Called by a running work function to explain the error it is about to return; the message
- * is latched with the status. Outside a work function it does nothing.
+ * is latched with the status. Outside a work function it does nothing. A task enqueued with
+ * HQ_TASK_INLINE uses hq_stream_task_error instead: it may run on a thread of the caller's,
+ * where this function cannot find its stream.
  * Thread safety: safe (it writes the calling worker's own stream). */
 void hq_task_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* hq_task_error for the stream a work function was given, wherever it runs (the worker or, for
+ * HQ_TASK_INLINE, the thread that enqueued it). It keeps the engine's threads-of-their-own state
+ * off the caller's thread: a backend's thread-local variables on an application thread outlive
+ * the backend's library when the HAL unloads it, which LeakSanitizer cannot walk.
+ * [in] stream  the stream passed to the running work function.
+ * Thread safety: only from that work function while it runs. */
+void hq_stream_task_error(hq_stream_t *stream, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 /* ---- events -------------------------------------------------------------------------------- */
 

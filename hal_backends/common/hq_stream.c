@@ -106,6 +106,14 @@ void hq_task_error(const char *fmt, ...)
     va_end(ap);
 }
 
+void hq_stream_task_error(hq_stream_t *stream, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(stream->task_msg, sizeof(stream->task_msg), fmt, ap);
+    va_end(ap);
+}
+
 /* ---- enqueue ------------------------------------------------------------------------------- */
 
 hal_status_t hq_stream_submit(hq_stream_t *s, const hq_task_head_t *head, const void *payload,
@@ -190,13 +198,11 @@ static bool run_inline(hq_stream_t *s, hq_work_fn_t fn, const void *payload, siz
     } copy; /* the task may modify its payload, as on the worker */
     if (size > 0)
         memcpy(copy.bytes, payload, size);
-    hq_stream_t *outer = tls_current_stream; /* a worker's host function may be the caller */
+    /* tls_current_stream is left alone: see hq_stream_task_error. */
     s->task_msg[0] = '\0';
-    tls_current_stream = s;
     /* Acquire: hq_device_mark_lost may latch from another thread; a failed stream skips it. */
     hal_status_t st = (hal_status_t)atomic_load_explicit(&s->status, memory_order_acquire);
     hal_status_t rc = st == HAL_OK ? fn(s, copy.bytes, st) : HAL_OK;
-    tls_current_stream = outer;
     hq_sched_release(&s->device->sched);
     finish_work(s, 0, rc);
 

@@ -362,7 +362,7 @@ static hal_status_t run_copy(hq_stream_t *stream, void *payload, hal_status_t st
     char msg[TRN_MSG_MAX] = "";
     hal_status_t st = copy(stream, payload, msg, sizeof(msg));
     if (st != HAL_OK)
-        hq_task_error("%s", msg);
+        hq_stream_task_error(stream, "%s", msg); /* it may run inline */
     return st;
 }
 
@@ -371,6 +371,6 @@ static hal_status_t run_fill(hq_stream_t *stream, void *payload, hal_status_t st
     char msg[TRN_MSG_MAX] = "";
     hal_status_t st = fill(payload, msg, sizeof(msg));
     if (st != HAL_OK)
-        hq_task_error("%s", msg);
+        hq_stream_task_error(stream, "%s", msg); /* it may run inline */
     return st;
 }

@@ -194,7 +194,7 @@ CTEST(HqInline, NeedsAFreeSlot)
 
 static hal_status_t fail_work(hq_stream_t *stream, void *payload, hal_status_t status)
 {
-    hq_task_error("copy %d failed inline", *(int *)payload);
+    hq_stream_task_error(stream, "copy %d failed inline", *(int *)payload);
     return HAL_ERROR_DEVICE_LOST;
 }
 
