@@ -126,11 +126,6 @@ hal_status_t hq_event_record(void *event_, void *stream)
     if (hq_is_stale(event->generation))
         return hq_stale_error(event->device, "the event");
     uint64_t version = atomic_load_explicit(&event->recorded, memory_order_relaxed) + 1;
-    if (hq_stream_record_if_idle(stream, event, version)) {
-        /* Published after completing, so that nobody sees the version pending. */
-        atomic_store_explicit(&event->recorded, version, memory_order_release);
-        return HAL_OK;
-    }
     hq_task_head_t head = { .kind = HQ_TASK_RECORD };
     head.u.event.event = event;
     head.u.event.version = version;

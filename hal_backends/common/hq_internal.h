@@ -111,16 +111,12 @@ struct hq_stream {
     void *ext;                        /* config.stream_ext_size bytes after the struct, or NULL */
 };
 
-/* Appends a task (`head` and `size` bytes of `payload`) to the queue. Returns HAL_OK,
- * HAL_ERROR_OUT_OF_HOST_MEMORY (nothing queued), or HAL_ERROR_DEVICE_LOST for a stream created
- * before a fork. Thread safety: safe. */
+/* Appends a task (`head` and `size` bytes of `payload`) to the queue. An event record on a
+ * stream with nothing queued or running completes at once instead, and the reference taken for
+ * the queue is dropped. Returns HAL_OK, HAL_ERROR_OUT_OF_HOST_MEMORY (nothing queued), or
+ * HAL_ERROR_DEVICE_LOST for a stream created before a fork. Thread safety: safe. */
 hal_status_t hq_stream_submit(hq_stream_t *stream, const hq_task_head_t *head, const void *payload,
                               size_t size);
-
-/* Completes `version` of the event at once, with the stream's status, if the stream has nothing
- * queued or running (what a queued record would do when the worker reached it); returns false,
- * doing nothing, otherwise. Thread safety: safe. */
-bool hq_stream_record_if_idle(hq_stream_t *stream, hq_event_t *event, uint64_t version);
 
 /* Latches the stream's first error (later calls are ignored). Thread safety: safe. */
 void hq_stream_latch(hq_stream_t *stream, hal_status_t status, const char *msg);

@@ -58,11 +58,16 @@ static bool waiter_granted(const void *w)
     return atomic_load_explicit(&((const hq_sched_waiter_t *)w)->granted, memory_order_acquire);
 }
 
-void hq_sched_acquire(hq_sched_t *sched, int32_t priority, pthread_cond_t *cv)
+bool hq_sched_try_acquire(hq_sched_t *sched)
 {
     if (sched->slots == 0)
-        return;
-    if (atomic_load(&sched->waiting) == 0 && take_slot(sched))
+        return true;
+    return atomic_load(&sched->waiting) == 0 && take_slot(sched);
+}
+
+void hq_sched_acquire(hq_sched_t *sched, int32_t priority, pthread_cond_t *cv)
+{
+    if (hq_sched_try_acquire(sched))
         return;
 
     hq_sched_waiter_t w = { .next = NULL, .priority = priority, .sleeping = false, .cv = cv };
@@ -86,13 +91,6 @@ void hq_sched_acquire(hq_sched_t *sched, int32_t priority, pthread_cond_t *cv)
         w.sleeping = false;
     }
     pthread_mutex_unlock(&sched->lock);
-}
-
-bool hq_sched_try_acquire(hq_sched_t *sched)
-{
-    if (sched->slots == 0)
-        return true;
-    return atomic_load(&sched->waiting) == 0 && take_slot(sched);
 }
 
 void hq_sched_release(hq_sched_t *sched)

@@ -116,12 +116,28 @@ void hq_stream_task_error(hq_stream_t *stream, const char *fmt, ...)
 
 /* ---- enqueue ------------------------------------------------------------------------------- */
 
+/* Whether nothing of the stream is queued or running. Caller holds the lock. */
+static bool idle_locked(hq_stream_t *s)
+{
+    return s->head == NULL && !s->inline_running && !s->stop &&
+           atomic_load_explicit(&s->completed, memory_order_relaxed) ==
+               atomic_load_explicit(&s->submitted, memory_order_relaxed);
+}
+
 hal_status_t hq_stream_submit(hq_stream_t *s, const hq_task_head_t *head, const void *payload,
                               size_t size)
 {
     if (hq_is_stale(s->generation))
         return hq_stale_error(s->device, "the stream");
     pthread_mutex_lock(&s->lock);
+    if (head->kind == HQ_TASK_RECORD && idle_locked(s)) {
+        /* Nothing to wait for: the record completes now, as the worker would complete it. */
+        hq_event_complete(head->u.event.event, head->u.event.version,
+                          (hal_status_t)atomic_load_explicit(&s->status, memory_order_acquire));
+        pthread_mutex_unlock(&s->lock);
+        hq_event_unref(head->u.event.event); /* the queue's reference; the caller keeps its own */
+        return HAL_OK;
+    }
     while (s->free_tasks == NULL) {
         /* Cold path: grow outside the lock so the worker keeps going meanwhile. */
         pthread_mutex_unlock(&s->lock);
@@ -154,27 +170,6 @@ hal_status_t hq_stream_submit(hq_stream_t *s, const hq_task_head_t *head, const 
 }
 
 static void finish_work(hq_stream_t *s, uint32_t flags, hal_status_t rc);
-
-/* Whether nothing of the stream is queued or running. Caller holds the lock. */
-static bool idle_locked(hq_stream_t *s)
-{
-    return s->head == NULL && !s->inline_running && !s->stop &&
-           atomic_load_explicit(&s->completed, memory_order_relaxed) ==
-               atomic_load_explicit(&s->submitted, memory_order_relaxed);
-}
-
-bool hq_stream_record_if_idle(hq_stream_t *s, hq_event_t *event, uint64_t version)
-{
-    if (hq_is_stale(s->generation))
-        return false; /* hq_stream_submit reports it */
-    pthread_mutex_lock(&s->lock);
-    bool idle = idle_locked(s);
-    if (idle)
-        hq_event_complete(event, version,
-                          (hal_status_t)atomic_load_explicit(&s->status, memory_order_acquire));
-    pthread_mutex_unlock(&s->lock);
-    return idle;
-}
 
 /* Runs an HQ_TASK_INLINE task on the calling thread if the stream is idle and a slot is free;
  * returns false (nothing run) otherwise. */
