@@ -195,6 +195,11 @@ class Executor:
         self.sharding = jax.sharding.SingleDeviceSharding(self.device)
         self.models, self.next_id = {}, 1
         self.region, self.region_size = None, 0
+        # Per model, the views of its last execution: (slots, input arrays, output views). A
+        # model's tensors sit at the same offsets every time (the emulator lays them out in
+        # order), so each execution after the first reuses them; remapping the region drops
+        # them all.
+        self.bound = {}
         self.cache = ExecutableCache.from_environment(
             f"jax {jax.__version__}; platform {backend.platform_version}")
 
@@ -246,6 +251,11 @@ class Executor:
         self.models[model_id] = (executable, inputs, outputs, avals, sizes)
         return model_id, "".join(line + "\n" for line, _, _ in inputs + outputs)
 
+    def unload(self, model_id):
+        """Drops a model and its views (an unknown id is not an error)."""
+        self.models.pop(model_id, None)
+        self.bound.pop(model_id, None)
+
     def _executable(self, module):
         """The module compiled for the device: from the executable cache, else compiled (and
         then cached)."""
@@ -271,6 +281,7 @@ class Executor:
             # The old mapping is not closed here: it goes when nothing refers to it any more
             # (XLA may let go of an execution's zero-copy arguments a little after it ends).
             self.region, self.region_size = mmap.mmap(REGION_FD, size), size
+            self.bound.clear()
 
     def execute(self, model_id, region_size, payload):
         """Runs a model on the region's inputs. Returns None, or (kind, message) on failure."""
@@ -287,37 +298,61 @@ class Executor:
                 line = (inputs + outputs)[k][0]
                 return BAD_INPUT, f"'{line}' takes {want} bytes, {size} given at {offset}"
         self._map(region_size)
+        slots = tuple(slots)
+        bound = self.bound.get(model_id)
+        if bound is None or bound[0] != slots:
+            bound = (slots, self._arguments(slots, inputs, avals),
+                     self._result_views(slots[len(inputs):], outputs))
+            self.bound[model_id] = bound
+        _, args, views = bound
         try:
-            results = executable.execute(self._arguments(slots, inputs, avals))
+            results = executable.execute([a() if callable(a) else a for a in args])
             # The arguments may be the region's own bytes: the execution is over before the
             # region is written or mapped again (np.asarray below waits for each result).
         except Exception as e:  # XLA rejected the arguments or failed
+            self.bound.pop(model_id, None)
             text = f"{type(e).__name__}: {e}"
             return (BAD_INPUT if "INVALID_ARGUMENT" in text else ERROR), text
-        for (offset, size), result in zip(slots[len(inputs):], results):
-            data = np.ascontiguousarray(np.asarray(result)).reshape(-1).view(np.uint8)
-            if data.size != size:
-                return ERROR, f"a result has {data.size} bytes where {size} are expected"
-            self.region[offset:offset + size] = data  # one copy, no reference kept
+        if any(not callable(a) and a.is_deleted() for a in args):
+            self.bound.pop(model_id, None)  # XLA took a buffer for an aliased result: made anew
+        for view, result in zip(views, results):
+            data = np.asarray(result)
+            if data.shape != view.shape or data.dtype != view.dtype:
+                return ERROR, (f"a result is {data.dtype} {data.shape} where {view.dtype} "
+                               f"{view.shape} is expected")
+            np.copyto(view, data)  # one copy, into the region
         return None
 
     def _arguments(self, slots, inputs, avals):
-        """The inputs as XLA buffers. Each is the region's bytes themselves (zero copy: the
-        region's offsets are 64-byte aligned, as XLA's CPU buffers must be), not a copy: a copy
-        per input, finished on XLA's threads, cost more than the model's own computation for
-        small models. Booleans (one byte each, any nonzero byte true) are converted, a copy."""
+        """The inputs as XLA buffers, or functions that make one. Each is the region's bytes
+        themselves (zero copy: the region's offsets are 64-byte aligned, as XLA's CPU buffers
+        must be), not a copy: a copy per input, finished on XLA's threads, cost more than the
+        model's own computation for small models. Such a buffer reads whatever the region holds
+        when the model runs, so it serves every execution. Booleans (one byte each, any nonzero
+        byte true) are converted, a copy made for each execution by the function."""
         np, put = self.np, self.xla_client.batched_device_put
         zero_copy = self.xla_client.HostBufferSemantics.ZERO_COPY
+        sharding, devices = self.sharding, [self.device]
         args = []
         for (offset, size), (_, dtype, shape), aval in zip(slots, inputs, avals):
             if dtype == np.bool_:
-                view = np.frombuffer(self.region, dtype=np.uint8, count=size, offset=offset)
-                array = (view != 0).reshape(shape)
+                view = np.frombuffer(self.region, dtype=np.uint8, count=size,
+                                     offset=offset).reshape(shape)
+                args.append(lambda view=view, aval=aval: put(
+                    aval, sharding, [view != 0], devices, True, False, zero_copy))
             else:
                 array = np.frombuffer(self.region, dtype=dtype, count=size // dtype.itemsize,
                                       offset=offset).reshape(shape)
-            args.append(put(aval, self.sharding, [array], [self.device], True, False, zero_copy))
+                args.append(put(aval, sharding, [array], devices, True, False, zero_copy))
         return args
+
+    def _result_views(self, slots, outputs):
+        """Each result's place in the region (``slots``: the results' pairs), as a writable
+        array of its dtype and shape."""
+        np = self.np
+        return [np.frombuffer(self.region, dtype=dtype, count=size // dtype.itemsize,
+                              offset=offset).reshape(shape)
+                for (offset, size), (_, dtype, shape) in zip(slots, outputs)]
 
 
 def start():
@@ -386,7 +421,7 @@ def main():
                 else:
                     channel.send(failure[0], model_id, failure[1])
             elif kind == UNLOAD:
-                executor.models.pop(model_id, None)
+                executor.unload(model_id)
                 channel.send(OK, model_id)
             else:
                 channel.send(ERROR, model_id, f"unknown request kind {kind}")

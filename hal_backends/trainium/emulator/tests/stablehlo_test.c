@@ -310,7 +310,8 @@ CTEST(nrt_stablehlo, two_results_and_a_reduction)
     return CTEST_PASS;
 }
 
-/* i32 and i1 (bool, one byte) tensors, in and out. */
+/* i32 and i1 (bool, one byte) tensors, in and out; a second execution reads the inputs anew
+ * (the executor converts bool inputs for each one). */
 CTEST(nrt_stablehlo, bool_and_i32)
 {
     OPEN_EMULATOR();
@@ -331,20 +332,78 @@ CTEST(nrt_stablehlo, bool_and_i32)
     uint8_t p[5] = { 1, 0, 2, 1, 0 }, gt[5], notp[5]; /* any nonzero byte is true */
     nrt_tensor_t *in[3] = { tensor(20, a), tensor(20, b), tensor(5, p) };
     nrt_tensor_t *out[3] = { tensor(5, NULL), tensor(20, NULL), tensor(5, NULL) };
-    CTEST_CHECK(run(m, in, 3, out, 3) == NRT_SUCCESS);
-    CTEST_CHECK(api.tensor_read(out[0], gt, 0, 5) == NRT_SUCCESS);
-    CTEST_CHECK(api.tensor_read(out[1], max, 0, 20) == NRT_SUCCESS);
-    CTEST_CHECK(api.tensor_read(out[2], notp, 0, 5) == NRT_SUCCESS);
-    for (int i = 0; i < 5; i++) {
-        CTEST_CHECK(gt[i] == (a[i] > b[i] ? 1 : 0));
-        CTEST_CHECK(max[i] == (a[i] > b[i] ? a[i] : b[i]));
-        CTEST_CHECK(notp[i] == (p[i] ? 0 : 1));
+    for (int round = 0; round < 2; round++) {
+        CTEST_CHECK(run(m, in, 3, out, 3) == NRT_SUCCESS);
+        CTEST_CHECK(api.tensor_read(out[0], gt, 0, 5) == NRT_SUCCESS);
+        CTEST_CHECK(api.tensor_read(out[1], max, 0, 20) == NRT_SUCCESS);
+        CTEST_CHECK(api.tensor_read(out[2], notp, 0, 5) == NRT_SUCCESS);
+        for (int i = 0; i < 5; i++) {
+            CTEST_CHECK(gt[i] == (a[i] > b[i] ? 1 : 0));
+            CTEST_CHECK(max[i] == (a[i] > b[i] ? a[i] : b[i]));
+            CTEST_CHECK(notp[i] == (p[i] ? 0 : 1));
+        }
+        for (int i = 0; i < 5; i++) {
+            a[i] = -a[i];
+            p[i] = p[i] ? 0 : 3;
+        }
+        CTEST_CHECK(api.tensor_write(in[0], a, 0, 20) == NRT_SUCCESS);
+        CTEST_CHECK(api.tensor_write(in[2], p, 0, 5) == NRT_SUCCESS);
     }
     for (int i = 0; i < 3; i++) {
         api.tensor_free(&in[i]);
         api.tensor_free(&out[i]);
     }
     CTEST_CHECK(api.unload(m) == NRT_SUCCESS);
+    nrt_test_close(&api);
+    return CTEST_PASS;
+}
+
+/* A model run again after a larger one grew the region shared with the executor (which maps
+ * it anew) reads its new inputs and writes its outputs where they now are. */
+CTEST(nrt_stablehlo, runs_again_after_the_region_grew)
+{
+    OPEN_EMULATOR();
+    enum { BIG = 1 << 19 }; /* f32 elements: three tensors of 2 MiB outgrow the first region */
+    static const char big_module[] =
+        "module @big {\n"
+        "  func.func public @main(%arg0: tensor<524288xf32>, %arg1: tensor<524288xf32>)\n"
+        "      -> tensor<524288xf32> {\n"
+        "    %0 = stablehlo.subtract %arg0, %arg1 : tensor<524288xf32>\n"
+        "    return %0 : tensor<524288xf32>\n"
+        "  }\n"
+        "}\n";
+    NRT_STATUS rc;
+    nrt_model_t *small = load_text(add_module, &rc), *big = load_text(big_module, &rc);
+    CTEST_CHECK(small != NULL && big != NULL);
+    float a[4] = { 1, 2, 3, 4 }, b[4] = { 10, 20, 30, 40 }, out[4];
+    nrt_tensor_t *t[3] = { tensor(16, a), tensor(16, b), tensor(16, NULL) };
+    float *x = calloc(BIG, sizeof(float)), *y = calloc(BIG, sizeof(float));
+    CTEST_CHECK(x != NULL && y != NULL);
+    for (int i = 0; i < BIG; i++) {
+        x[i] = (float)i;
+        y[i] = (float)(i % 7);
+    }
+    nrt_tensor_t *bt[3] = { tensor(BIG * 4u, x), tensor(BIG * 4u, y), tensor(BIG * 4u, NULL) };
+    CTEST_CHECK(bt[0] != NULL && bt[1] != NULL && bt[2] != NULL);
+    CTEST_CHECK(run(small, t, 2, &t[2], 1) == NRT_SUCCESS);
+    CTEST_CHECK(run(big, bt, 2, &bt[2], 1) == NRT_SUCCESS);
+    CTEST_CHECK(api.tensor_read(bt[2], x, 0, BIG * 4u) == NRT_SUCCESS);
+    bool big_right = true;
+    for (int i = 0; i < BIG; i++)
+        big_right = big_right && x[i] == (float)i - (float)(i % 7);
+    CTEST_CHECK(big_right);
+    a[0] = 100;
+    CTEST_CHECK(api.tensor_write(t[0], a, 0, 16) == NRT_SUCCESS);
+    CTEST_CHECK(run(small, t, 2, &t[2], 1) == NRT_SUCCESS);
+    CTEST_CHECK(api.tensor_read(t[2], out, 0, 16) == NRT_SUCCESS);
+    for (int i = 0; i < 4; i++)
+        CTEST_CHECK(out[i] == a[i] + b[i]);
+    free(x);
+    free(y);
+    for (int i = 0; i < 3; i++) {
+        api.tensor_free(&t[i]);
+        api.tensor_free(&bt[i]);
+    }
     nrt_test_close(&api);
     return CTEST_PASS;
 }
