@@ -361,6 +361,83 @@ def test_dropout_reproducible(device_type, devmod):
     assert torch.equal(a.cpu(), b.cpu()) and 0 < (a == 0).sum().item() < 1000
 
 
+def _cpu_draws_bernoulli_with_mkl():
+    """Whether the CPU's bernoulli_(p) takes MKL's path (PyTorch with MKL on an Intel CPU), where
+    the device's own bernoulli_ kernel leaves the draw to the fallback."""
+    if not torch.backends.mkl.is_available():
+        return False
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            return any(line.split(":")[-1].strip() == "GenuineIntel"
+                       for line in f if line.startswith("vendor_id"))
+    except OSError:
+        return False
+
+
+BERNOULLI_DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.bool,
+                    torch.uint8, torch.int32, torch.int64]
+
+
+@pytest.mark.parametrize("dtype", BERNOULLI_DTYPES, ids=str)
+def test_bernoulli_draws_the_cpu_generators_values(device_type, devmod, dtype):
+    """bernoulli_(p) on the device gives what the CPU gives with the same seed, and leaves the
+    generator where the CPU's leaves it: from a fresh seed and from inside the engine's block of
+    624 words, for sizes that end inside a block, on it and across several, for every p from 0
+    to 1, and through a generator object of the device."""
+    for seed in (0, 12345):
+        for before in (0, 5, 311, 623, 1000):
+            for n in (1, 7, 312, 313, 624, 5000):
+                for p in (0.0, 0.1, 0.5, 1 / 3, 0.9, 1.0):
+                    torch.manual_seed(seed)
+                    if before:
+                        torch.rand(before)
+                        torch.rand(before, device=device_type)
+                    want = torch.empty(n, dtype=dtype).bernoulli_(p)
+                    got = torch.empty(n, dtype=dtype, device=device_type).bernoulli_(p)
+                    assert torch.equal(got.cpu(), want), (seed, before, n, p)
+                    assert torch.equal(torch.rand(3, device=device_type).cpu(), torch.rand(3))
+    gen = torch.Generator(device=device_type).manual_seed(7)
+    got = torch.empty(64, 33, dtype=dtype, device=device_type).bernoulli_(0.4, generator=gen)
+    cpu_gen = torch.Generator().manual_seed(7)
+    want = torch.empty(64, 33, dtype=dtype).bernoulli_(0.4, generator=cpu_gen)
+    assert torch.equal(got.cpu(), want)
+
+
+def test_bernoulli_takes_the_fallback_where_its_kernel_cannot(device_type, host_addressable):
+    """The device's bernoulli_ draws contiguous tensors itself (unless the CPU draws with MKL:
+    then the fallback runs the CPU's kernel); a non-contiguous one, a CPU generator and p outside
+    [0, 1] go to the fallback, which gives the CPU's values and message; empty tensors draw
+    nothing."""
+    torch_hal._C._reset_fallback_stats()
+    torch.empty(100, device=device_type).bernoulli_(0.5)
+    stats = torch_hal._C._fallback_stats()
+    assert stats["calls"] == (1 if _cpu_draws_bernoulli_with_mkl() else 0)
+    # Drawn on the host either way: on a device that stages, the draw's bytes count as staged.
+    assert stats["bytes_staged_out"] == (0 if host_addressable else 100 * 4)
+    torch.manual_seed(3)
+    want = torch.empty(64, 33).t().bernoulli_(0.4)
+    want_after = torch.rand(5)
+    torch.manual_seed(3)
+    torch_hal._C._reset_fallback_stats()
+    got = torch.empty(64, 33, device=device_type).t().bernoulli_(0.4)
+    assert torch_hal._C._fallback_stats()["calls"] == 1
+    assert torch.equal(got.cpu(), want)
+    assert torch.equal(torch.rand(5, device=device_type).cpu(), want_after)
+    torch_hal._C._reset_fallback_stats()
+    cpu_gen = torch.Generator().manual_seed(2)
+    got = torch.empty(50, device=device_type).bernoulli_(0.4, generator=cpu_gen)
+    assert torch_hal._C._fallback_stats()["calls"] == 1
+    want = torch.empty(50).bernoulli_(0.4, generator=torch.Generator().manual_seed(2))
+    assert torch.equal(got.cpu(), want)
+    with pytest.raises(RuntimeError, match=r"expects p to be in \[0, 1\], but got p=1.5"):
+        torch.empty(3, device=device_type).bernoulli_(1.5)
+    torch.manual_seed(4)
+    empty = torch.empty(0, device=device_type).bernoulli_(0.5)
+    after = torch.rand(4, device=device_type).cpu()
+    torch.manual_seed(4)
+    assert empty.numel() == 0 and torch.equal(after, torch.rand(4))
+
+
 # ---- Serialization ------------------------------------------------------------------------------
 
 def _roundtrip(obj, **load_kwargs):
@@ -621,22 +698,23 @@ def test_fallback_stand_ins_reused_across_calls_keep_each_calls_data(device_type
 
 
 def test_random_fills_of_whole_storages_are_not_staged_in(device_type, host_addressable):
-    """A random fill (bernoulli_, uniform_, ...) writes every element of self: on a device
+    """A random fill (exponential_, uniform_, ...) writes every element of self: on a device
     that stages, a tensor that is its storage's whole is not copied to the host first. A view
-    of part of a storage still is, and the rest of the storage keeps its values."""
+    of part of a storage still is, and the rest of the storage keeps its values. (bernoulli_
+    with a constant p has a kernel of its own, tested above.)"""
     if host_addressable:
         pytest.skip("the device is host-addressable: the fallback stages nothing")
     torch.manual_seed(0)
     mask = torch.empty(4096, device=device_type)
     torch_hal._C._reset_fallback_stats()
-    mask.bernoulli_(0.5)
+    mask.exponential_()
     mask.uniform_()
     stats = torch_hal._C._fallback_stats()
     assert stats["bytes_staged_in"] == 0
     assert stats["bytes_staged_out"] == 2 * 4096 * 4
     # Values as the CPU generator's own draws (the device generator is seeded alike).
     torch.manual_seed(0)
-    want = torch.empty(4096).bernoulli_(0.5)
+    want = torch.empty(4096).exponential_()
     want.uniform_()
     assert torch.equal(mask.cpu(), want)
     base = torch.zeros(10, device=device_type)

@@ -75,9 +75,14 @@ struct FallbackStats {
     uint64_t outputs_aliased;  // outputs that are views of an input's device storage
     uint64_t outputs_copied;   // outputs copied to the device afterwards
     uint64_t bytes_staged_in;  // device -> host bytes
-    uint64_t bytes_staged_out; // host -> device bytes
+    uint64_t bytes_staged_out; // host -> device bytes (also those of host kernels, below)
 };
 FallbackStats fallbackStats();
 void resetFallbackStats();
+
+// Counts `bytes` that a native kernel computed on the host and copied to a device that stages
+// (bernoulli_'s draws) with the fallback's host -> device bytes: they cross as a staged
+// result's would. Thread safety: safe.
+void countHostResultBytes(uint64_t bytes);
 
 } // namespace torch_hal

@@ -784,6 +784,11 @@ FallbackStats fallbackStats()
                           g_counters.bytes_staged_in.load(), g_counters.bytes_staged_out.load() };
 }
 
+void countHostResultBytes(uint64_t bytes)
+{
+    g_counters.bytes_staged_out += bytes;
+}
+
 void resetFallbackStats()
 {
     g_counters.calls = 0;

@@ -39,6 +39,7 @@ void registerAll()
         registerRnnCells();
         registerAttention();
         registerDropout();
+        registerBernoulli();
         registerProfilerStubs();
         // TORCH_HAL_KINETO_PROFILER=0 leaves the device out of torch.profiler: the bench
         // measures what a registered but idle profiler costs against that.

@@ -17,6 +17,7 @@ void registerAutocast();       // AutocastPrivateUse1 (aten/Autocast.cpp)
 void registerRnnCells();       // the fused LSTM and GRU cells (aten/Rnn.cpp)
 void registerAttention();      // the fused attention kernels (aten/Attention.cpp)
 void registerDropout();        // dropout's path on host-addressable devices (aten/Dropout.cpp)
+void registerBernoulli();      // bernoulli_(p) drawn in blocks (aten/Bernoulli.cpp)
 void registerProfilerStubs();  // the legacy profiler's device hooks (runtime/Profiler.cpp)
 void registerKinetoProfiler(); // the device in torch.profiler (runtime/KinetoProfiler.cpp)
 
