@@ -195,10 +195,10 @@ class Executor:
         self.sharding = jax.sharding.SingleDeviceSharding(self.device)
         self.models, self.next_id = {}, 1
         self.region, self.region_size = None, 0
-        # Per model, the views of its last execution: (slots, input arrays, output views). A
-        # model's tensors sit at the same offsets every time (the emulator lays them out in
-        # order), so each execution after the first reuses them; remapping the region drops
-        # them all.
+        # Per model, the views of its last execution: (its request's payload, input arrays,
+        # output views). A model's tensors sit at the same offsets every time (the emulator lays
+        # them out in order), so an execution whose payload is the last one's reuses them, checks
+        # included; remapping the region drops them all.
         self.bound = {}
         self.cache = ExecutableCache.from_environment(
             f"jax {jax.__version__}; platform {backend.platform_version}")
@@ -289,19 +289,18 @@ class Executor:
         if model_id not in self.models:
             return BAD_INPUT, f"no model {model_id} is loaded here"
         executable, inputs, outputs, avals, sizes = self.models[model_id]
-        if len(payload) % SLOT.size or len(payload) // SLOT.size != len(sizes):
-            return BAD_INPUT, (f"{len(payload) // SLOT.size} tensors given, the model has "
-                               f"{len(sizes)}")
-        slots = list(SLOT.iter_unpack(payload))
-        for k, ((offset, size), want) in enumerate(zip(slots, sizes)):
-            if size != want or offset + size > region_size:
-                line = (inputs + outputs)[k][0]
-                return BAD_INPUT, f"'{line}' takes {want} bytes, {size} given at {offset}"
         self._map(region_size)
-        slots = tuple(slots)
         bound = self.bound.get(model_id)
-        if bound is None or bound[0] != slots:
-            bound = (slots, self._arguments(slots, inputs, avals),
+        if bound is None or bound[0] != payload:  # the same layout as last time: checked then
+            if len(payload) % SLOT.size or len(payload) // SLOT.size != len(sizes):
+                return BAD_INPUT, (f"{len(payload) // SLOT.size} tensors given, the model has "
+                                   f"{len(sizes)}")
+            slots = list(SLOT.iter_unpack(payload))
+            for k, ((offset, size), want) in enumerate(zip(slots, sizes)):
+                if size != want or offset + size > region_size:
+                    line = (inputs + outputs)[k][0]
+                    return BAD_INPUT, f"'{line}' takes {want} bytes, {size} given at {offset}"
+            bound = (payload, self._arguments(slots, inputs, avals),
                      self._result_views(slots[len(inputs):], outputs))
             self.bound[model_id] = bound
         _, args, views = bound
