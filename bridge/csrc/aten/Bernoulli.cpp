@@ -12,12 +12,11 @@
 // results, the generator left in the state the CPU kernel leaves it in, in about a quarter of
 // the time (45 against 165 us for such a mask).
 //
-// The CPU kernel takes another path in one build: PyTorch with MKL on an Intel CPU draws with
-// MKL's VSL (bernoulli_scalar_kernel in DistributionKernels.cpp). There, for non-contiguous
-// tensors, for generators of another device and for p outside [0, 1], the fallback runs as
-// before. The first draw also compares this kernel with the CPU's on copies of the generator;
-// if they ever differed (a torch that changed its kernel), the fallback would be used from then
-// on.
+// Where the CPU draws with MKL's VSL instead (PyTorch built with MKL, on an Intel CPU:
+// bernoulli_scalar_kernel in DistributionKernels.cpp), the fallback runs the CPU's kernel as
+// before; so it does for non-contiguous tensors, generators of another device and p outside
+// [0, 1]. The first draw also compares this kernel with the CPU's on a generator of its own; if
+// they ever differed (a torch that changed its kernel), the fallback would be used from then on.
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Config.h>
