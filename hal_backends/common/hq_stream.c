@@ -95,6 +95,11 @@ hal_status_t hq_stream_latched(hq_stream_t *stream)
     return st;
 }
 
+static void write_task_msg(hq_stream_t *s, const char *fmt, va_list ap)
+{
+    vsnprintf(s->task_msg, sizeof(s->task_msg), fmt, ap);
+}
+
 void hq_task_error(const char *fmt, ...)
 {
     hq_stream_t *s = tls_current_stream;
@@ -102,7 +107,7 @@ void hq_task_error(const char *fmt, ...)
         return;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(s->task_msg, sizeof(s->task_msg), fmt, ap);
+    write_task_msg(s, fmt, ap);
     va_end(ap);
 }
 
@@ -110,7 +115,7 @@ void hq_stream_task_error(hq_stream_t *stream, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(stream->task_msg, sizeof(stream->task_msg), fmt, ap);
+    write_task_msg(stream, fmt, ap);
     va_end(ap);
 }
 
