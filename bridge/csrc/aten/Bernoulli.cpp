@@ -12,14 +12,13 @@
 // results, the generator left in the state the CPU kernel leaves it in, in about a quarter of
 // the time (45 against 165 us for such a mask).
 //
-// Where the CPU draws with MKL's VSL instead (PyTorch built with MKL, on an Intel CPU:
-// bernoulli_scalar_kernel in DistributionKernels.cpp), the fallback runs the CPU's kernel as
-// before; so it does for non-contiguous tensors, generators of another device and p outside
-// [0, 1]. The first draw also compares this kernel with the CPU's on a generator of its own; if
-// they ever differed (a torch that changed its kernel), the fallback would be used from then on.
+// The first draw compares this kernel with the CPU's on a generator of its own. Where they differ
+// the fallback runs the CPU's kernel from then on: PyTorch built with MKL draws with MKL's VSL
+// on an Intel CPU (bernoulli_scalar_kernel in DistributionKernels.cpp), and a later torch may
+// change its kernel. The fallback also takes non-contiguous tensors, generators of another
+// device and p outside [0, 1].
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
-#include <ATen/Config.h>
 #include <ATen/Dispatch.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/core/MT19937RNGEngine.h>
@@ -32,10 +31,6 @@
 #include <cstring>
 #include <mutex>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
-#endif
-
 #include "aten/Common.h"
 #include "runtime/Allocator.h"
 #include "runtime/Register.h"
@@ -47,11 +42,6 @@ namespace
 
 constexpr int kStateN = at::MERSENNE_STATE_N; // 624
 constexpr int kStateM = at::MERSENNE_STATE_M; // 397
-
-inline uint32_t twist(uint32_t u, uint32_t v)
-{
-    return (((u & at::UMASK) | (v & at::LMASK)) >> 1) ^ ((v & 1u) ? at::MATRIX_A : 0u);
-}
 
 // Four engine words at a time (SSE2 or NEON; GCC's and Clang's vector extension).
 typedef uint32_t Words4 __attribute__((vector_size(16)));
@@ -68,22 +58,15 @@ inline void store4(uint32_t *p, Words4 v)
     std::memcpy(p, &v, sizeof(v));
 }
 
-inline Words4 twist4(Words4 u, Words4 v)
+// mt19937_engine's twist and tempering, for one word (uint32_t) or four (Words4).
+template <typename W> W twist(W u, W v)
 {
     return (((u & at::UMASK) | (v & at::LMASK)) >> 1) ^ ((0u - (v & 1u)) & at::MATRIX_A);
 }
 
-inline Words4 temper4(Words4 y)
+template <typename W> W temper(W y)
 {
     y ^= y >> 11;
-    y ^= (y << 7) & 0x9d2c5680u;
-    y ^= (y << 15) & 0xefc60000u;
-    return y ^ (y >> 18);
-}
-
-inline uint32_t temper(uint32_t y)
-{
-    y ^= (y >> 11);
     y ^= (y << 7) & 0x9d2c5680u;
     y ^= (y << 15) & 0xefc60000u;
     return y ^ (y >> 18);
@@ -96,11 +79,11 @@ void nextState(uint32_t *s)
 {
     int i = 0;
     for (; i + 4 <= kStateN - kStateM; i += 4)
-        store4(s + i, load4(s + i + kStateM) ^ twist4(load4(s + i), load4(s + i + 1)));
+        store4(s + i, load4(s + i + kStateM) ^ twist(load4(s + i), load4(s + i + 1)));
     for (; i < kStateN - kStateM; ++i)
         s[i] = s[i + kStateM] ^ twist(s[i], s[i + 1]);
     for (; i + 4 <= kStateN - 1; i += 4)
-        store4(s + i, load4(s + i + kStateM - kStateN) ^ twist4(load4(s + i), load4(s + i + 1)));
+        store4(s + i, load4(s + i + kStateM - kStateN) ^ twist(load4(s + i), load4(s + i + 1)));
     for (; i < kStateN - 1; ++i)
         s[i] = s[i + kStateM - kStateN] ^ twist(s[i], s[i + 1]);
     s[kStateN - 1] = s[kStateM - 1] ^ twist(s[kStateN - 1], s[0]);
@@ -111,7 +94,7 @@ void temperWords(const uint32_t *s, uint32_t *out, int n)
 {
     int i = 0;
     for (; i + 4 <= n; i += 4)
-        store4(out + i, temper4(load4(s + i)));
+        store4(out + i, temper(load4(s + i)));
     for (; i < n; ++i)
         out[i] = temper(s[i]);
 }
@@ -163,25 +146,6 @@ void drawInto(at::mt19937_data_pod &d, double p, scalar_t *dst, int64_t n)
     }
 }
 
-// Whether this build of PyTorch draws bernoulli_(p) on the CPU with MKL (an Intel CPU and MKL
-// compiled in): the condition of bernoulli_scalar_kernel in DistributionKernels.cpp.
-bool cpuDrawsWithMkl()
-{
-#if AT_MKL_ENABLED() && (defined(__x86_64__) || defined(__i386__))
-    unsigned int eax = 0, ebx = 0, ecx = 0, edx = 0;
-    if (__get_cpuid(0, &eax, &ebx, &ecx, &edx) == 0)
-        return true; // unknown: leave it to the CPU kernel
-    char vendor[13];
-    std::memcpy(vendor, &ebx, 4);
-    std::memcpy(vendor + 4, &edx, 4);
-    std::memcpy(vendor + 8, &ecx, 4);
-    vendor[12] = '\0';
-    return std::strcmp(vendor, "GenuineIntel") == 0;
-#else
-    return false;
-#endif
-}
-
 // Draws of this kernel and of the CPU's from the same engine state (one that starts inside a
 // block and crosses a twist), compared in values and in the state left.
 bool agreesWithCpuKernel()
@@ -202,7 +166,7 @@ bool agreesWithCpuKernel()
 
 bool fastPathAvailable()
 {
-    static const bool available = !cpuDrawsWithMkl() && agreesWithCpuKernel();
+    static const bool available = agreesWithCpuKernel();
     return available;
 }
 
