@@ -18,7 +18,8 @@
 // Either way in-place, out= (including resizes) and view semantics match the CPU kernel's.
 // Its registration is FallbackRegistration.cpp's; where autograd runs its backward and with how
 // many intra-op threads, FallbackThreads.cpp's; the generators it lends CPU kernels,
-// FallbackGenerators.cpp's; the stand-ins it reuses, FallbackStandIns.cpp's.
+// FallbackGenerators.cpp's; the stand-ins it reuses, FallbackStandIns.cpp's; its counters,
+// FallbackStats.cpp's.
 #include <ATen/core/Generator.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
@@ -28,7 +29,6 @@
 #include <c10/util/SmallVector.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 #include <iterator>
 #include <typeinfo>
@@ -39,6 +39,7 @@
 #include "aten/FallbackGenerators.h"
 #include "aten/FallbackPendingCopies.h"
 #include "aten/FallbackStandIns.h"
+#include "aten/FallbackStats.h"
 #include "runtime/Allocator.h"
 #include "runtime/DeviceActivity.h"
 
@@ -46,12 +47,6 @@ namespace torch_hal
 {
 namespace
 {
-
-struct Counters {
-    std::atomic<uint64_t> calls{ 0 }, in_place_calls{ 0 }, staged_calls{ 0 }, outputs_adopted{ 0 },
-        outputs_aliased{ 0 }, outputs_copied{ 0 }, bytes_staged_in{ 0 }, bytes_staged_out{ 0 };
-};
-Counters g_counters;
 
 constexpr size_t kNoRange = SIZE_MAX;
 
@@ -108,12 +103,12 @@ class FallbackCall
 
     void run()
     {
-        g_counters.calls++;
+        g_fallback_counters.calls++;
         collectArguments();
         in_place_ = !devices_.empty();
         for (c10::DeviceIndex d : devices_)
             in_place_ = in_place_ && hostAddressable(d);
-        (in_place_ ? g_counters.in_place_calls : g_counters.staged_calls)++;
+        (in_place_ ? g_fallback_counters.in_place_calls : g_fallback_counters.staged_calls)++;
         if (in_place_)
             pool_ = standInPool();
         const bool profiled = deviceActivityRecording();
@@ -399,7 +394,7 @@ class FallbackCall
                                                      static_cast<char *>(data) + mirror.begin,
                                                      length, currentHalStream(mirror.index)));
                     staged_devices.insert(mirror.index);
-                    g_counters.bytes_staged_in += length;
+                    g_fallback_counters.bytes_staged_in += length;
                     staged_in_ += length;
                 }
                 cpu = c10::make_intrusive<c10::StorageImpl>(
@@ -518,7 +513,7 @@ class FallbackCall
             storage = c10::Storage(c10::make_intrusive<c10::StorageImpl>(
                 c10::StorageImpl::use_byte_size_t(), nbytes, std::move(data), deviceAllocator(),
                 /*resizable=*/true));
-            g_counters.outputs_adopted++;
+            g_fallback_counters.outputs_adopted++;
         } else {
             c10::Device device(kDeviceType, target_);
             c10::DeviceGuard guard(device);
@@ -527,14 +522,14 @@ class FallbackCall
                 TORCH_HAL_CHECK(
                     hal_memcpy_async(data.get(), impl->data(), nbytes, currentHalStream(target_)));
                 pending_copies_.insert(target_);
-                g_counters.bytes_staged_out += nbytes;
+                g_fallback_counters.bytes_staged_out += nbytes;
                 staged_out_ += nbytes;
             }
             storage = c10::Storage(c10::make_intrusive<c10::StorageImpl>(
                 c10::StorageImpl::use_byte_size_t(), nbytes, std::move(data), deviceAllocator(),
                 /*resizable=*/true));
             keep_alive_.push_back(cpu); // until the copy ran
-            g_counters.outputs_copied++;
+            g_fallback_counters.outputs_copied++;
         }
         fresh_outputs_.insert(impl, storage);
         return storage;
@@ -546,7 +541,7 @@ class FallbackCall
         c10::StorageImpl *impl = cpu.unsafeGetStorageImpl();
         impl->mutable_data_ptr().unsafe_set_device(c10::Device(kDeviceType, target_));
         impl->set_allocator(deviceAllocator());
-        g_counters.outputs_adopted++;
+        g_fallback_counters.outputs_adopted++;
         return cpu;
     }
 
@@ -580,7 +575,7 @@ class FallbackCall
             storage = mirror.device;
             begin = mirror.begin;
             if (is_output)
-                g_counters.outputs_aliased++;
+                g_fallback_counters.outputs_aliased++;
         } else {
             // Nothing else refers to the kernel's own output: it becomes the device tensor
             // (storage and dispatch keys swapped; sizes, strides and offset stay), rather than
@@ -706,7 +701,7 @@ class FallbackCall
     {
         TORCH_HAL_CHECK(hal_memcpy_async(dst, src, n, currentHalStream(index)));
         pending_copies_.insert(index);
-        g_counters.bytes_staged_out += n;
+        g_fallback_counters.bytes_staged_out += n;
         staged_out_ += n;
     }
 
@@ -774,31 +769,6 @@ void cpuFallback(const c10::OperatorHandle &op, torch::jit::Stack *stack)
 {
     matchCallerThreads(); // and, on a thread's first operator, backwardOnCallingThread()'s work
     FallbackCall(op, stack).run();
-}
-
-FallbackStats fallbackStats()
-{
-    return FallbackStats{ g_counters.calls.load(),           g_counters.in_place_calls.load(),
-                          g_counters.staged_calls.load(),    g_counters.outputs_adopted.load(),
-                          g_counters.outputs_aliased.load(), g_counters.outputs_copied.load(),
-                          g_counters.bytes_staged_in.load(), g_counters.bytes_staged_out.load() };
-}
-
-void countHostResultBytes(uint64_t bytes)
-{
-    g_counters.bytes_staged_out += bytes;
-}
-
-void resetFallbackStats()
-{
-    g_counters.calls = 0;
-    g_counters.in_place_calls = 0;
-    g_counters.staged_calls = 0;
-    g_counters.outputs_adopted = 0;
-    g_counters.outputs_aliased = 0;
-    g_counters.outputs_copied = 0;
-    g_counters.bytes_staged_in = 0;
-    g_counters.bytes_staged_out = 0;
 }
 
 } // namespace torch_hal
