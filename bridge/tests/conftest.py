@@ -113,6 +113,22 @@ def devmod(device_type):
     return getattr(torch, device_type)
 
 
+@pytest.fixture(scope="module")
+def opinfo_samples_without_caller_lookup():
+    """OpInfo's ``sample_inputs()`` looks for the unittest.TestCase that called it, to name the
+    test in its messages, with ``inspect.stack()``: that resolves the module of every frame by
+    scanning ``sys.modules``, about 0.1 s per call once the earlier tests have imported the
+    compile stack and transformers. Pytest test functions are no TestCase, so the search always
+    finds nothing; going without it changes no sample, only the time (about 3x)."""
+    from torch.testing._internal import common_utils
+    from torch.testing._internal.opinfo import core
+
+    with pytest.MonkeyPatch.context() as patch:
+        for module in (common_utils, core):  # core imported the name for itself
+            patch.setattr(module, "extract_test_fn", lambda: None)
+        yield
+
+
 @pytest.fixture
 def host_addressable(devmod):
     return devmod.get_device_properties(0).host_addressable

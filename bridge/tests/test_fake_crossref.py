@@ -74,6 +74,7 @@ def _backward(result):
         torch.autograd.backward(outs, [torch.ones_like(t) for t in outs])
 
 
+@pytest.mark.usefixtures("opinfo_samples_without_caller_lookup")
 @pytest.mark.parametrize("op,dtype", _entries())
 def test_opinfo_entry_fake_matches_real(op, dtype, device):
     """Every sample of the entry, forward and (where differentiable) backward, under crossref."""

@@ -28,7 +28,8 @@ except ImportError as exc:  # expecttest (a test dependency of torch.testing._in
 else:
     _IMPORT_ERROR = None
 
-pytestmark = pytest.mark.opinfo
+pytestmark = [pytest.mark.opinfo,
+              pytest.mark.usefixtures("opinfo_samples_without_caller_lookup")]
 
 SAMPLES = int(os.environ.get("TORCH_HAL_OPINFO_SAMPLES", "1"))
 REQUIRED_PASS_RATE = 0.90
