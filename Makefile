@@ -24,8 +24,10 @@ BAZEL ?= bazel
 PYTHON ?= python3
 OUT := out
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# ninja-build: torch's extension builder compiles the bridge's sources in parallel with it (one
+# at a time without it).
 APT_PACKAGES := bazel-bootstrap bazel-rules-java googletest libgtest-dev clang-format python3 \
-	python3-venv quilt
+	python3-venv quilt ninja-build
 TORCH_VERSION := 2.13.0
 # The newer supported release: the bridge is also built and tested against the unmodified torch
 # 2.14.1 wheel (the CUDA 13 build, the only 2.14.1 wheel) in a virtual environment of its own.
