@@ -368,16 +368,23 @@ patches-check: bridge bridge-next
 	  $(call patch_junit,patches-acceptance-$(TORCH_NEXT_VERSION))
 
 # The census of each supported release with its series, then the two releases side by side:
-# what upstream removed between them beside what each series removes.
+# what upstream removed between them beside what each series removes. The three run at once
+# (each scans torch trees on one CPU); their reports are printed in this order.
 census: deps-python bridge-next
-	@$(if $(PATCHES_JUNIT),$(JUNIT) --out $(PATCHES_JUNIT)/census/test.xml --suite census --) \
-	  $(PYTHON) upstream_tracking/census.py --series
-	@$(if $(PATCHES_JUNIT),$(JUNIT) --out $(PATCHES_JUNIT)/census-$(TORCH_NEXT_VERSION)/test.xml \
+	@tmp=$$(mktemp -d); \
+	old_tree=$$($(PYTHON) -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))'); \
+	new_tree=$$($(PYTHON_NEXT) -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))'); \
+	($(if $(PATCHES_JUNIT),$(JUNIT) --out $(PATCHES_JUNIT)/census/test.xml --suite census --) \
+	  $(PYTHON) upstream_tracking/census.py --series > $$tmp/1.log 2>&1; echo $$? > $$tmp/1.rc) & \
+	($(if $(PATCHES_JUNIT),$(JUNIT) --out $(PATCHES_JUNIT)/census-$(TORCH_NEXT_VERSION)/test.xml \
 	  --suite census-$(TORCH_NEXT_VERSION) --) \
-	  $(PYTHON_NEXT) upstream_tracking/census.py --series --series-dir $(SERIES_NEXT)
-	@$(PYTHON) upstream_tracking/census.py --compare "$$($(PYTHON) -c 'import os, torch; \
-	  print(os.path.dirname(os.path.dirname(torch.__file__)))')" "$$($(PYTHON_NEXT) -c 'import os, \
-	  torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')"
+	  $(PYTHON_NEXT) upstream_tracking/census.py --series --series-dir $(SERIES_NEXT) \
+	  > $$tmp/2.log 2>&1; echo $$? > $$tmp/2.rc) & \
+	($(PYTHON) upstream_tracking/census.py --compare "$$old_tree" "$$new_tree" > $$tmp/3.log 2>&1; \
+	  echo $$? > $$tmp/3.rc) & \
+	wait; rc=0; for i in 1 2 3; do \
+	  cat $$tmp/$$i.log; [ "$$(cat $$tmp/$$i.rc 2>/dev/null)" = 0 ] || rc=1; done; \
+	rm -rf $$tmp; exit $$rc
 
 # ---- reliability -------------------------------------------------------------------------------
 
