@@ -54,14 +54,18 @@ PY_STABLEHLO_PACKAGES := torch-mlir==20261001 jax==0.10.2 jaxlib==0.10.2
 PY_PROFILER_PACKAGES := torch-tb-profiler==0.4.3 HolisticTraceAnalysis==0.5.0 psutil
 C_SOURCES = $(shell git ls-files --cached --others --exclude-standard '*.c' '*.h' '*.cc' '*.cpp')
 # C/C++ targets exercised by the sanitizer runs: every C unit test and the conformance suite on
-# the cpu, trainium and template backends, on each backend's device 0 (SANITIZER_TEST_FLAGS: the
-# second device runs the same code). Left to the default configuration, for CI time: the suite
-# under the validation and trace layers and on the required-slots-only template (the same test
-# bodies), and the script-driven checks (generated ABI, exported symbols, trace merging, the
-# summary tool, the harness's handling of crashes and hangs, the Triton ahead-of-time compile).
+# the cpu and trainium backends, on each backend's device 0 (SANITIZER_TEST_FLAGS: the second
+# device runs the same code). Left to the default configuration, for CI time: the suite under the
+# validation and trace layers, on the template backends (their code is the toolkit's, hq.c and
+# the HAL's host-staged collectives, which the cpu backend's run covers), and on trainium with its
+# native collectives off (the same host-staged engine, which the cpu run covers; the trainium
+# run covers the backend); the script-driven checks (generated ABI, exported symbols, trace
+# merging, the summary tool, the harness's handling of crashes and hangs, the Triton
+# ahead-of-time compile).
 SANITIZED := -- //hal/... //hal_backends/... //conformance/... //tools/... \
 	-//conformance:conformance_cpu_validation -//conformance:conformance_cpu_trace \
-	-//conformance:conformance_trainium_validation -//conformance:conformance_template_required_only \
+	-//conformance:conformance_trainium_validation -//conformance:conformance_template \
+	-//conformance:conformance_template_required_only -//conformance:conformance_trainium_host_comm \
 	-//conformance:harness_test -//conformance:triton_aot_test -//hal/abi:generated_test \
 	-//hal/tests/abi:symbols_test \
 	-//hal/layers/tests:merge_traces_test -//tools:test_summary_test
