@@ -167,15 +167,15 @@ test: deps-python
 	exit $$rc
 
 # Runs one Bazel test configuration and keeps the JUnit logs of the targets it tested under
-# out/testlogs/<name> (their labels from Bazel's build event file: bazel-testlogs also holds the
-# logs of targets earlier runs tested and this one did not; tools/test_summary.py counts only a
-# target's newest set of shard logs).
+# out/testlogs/<name> (tools/bazel_tested.py reads them from Bazel's build event file:
+# bazel-testlogs also holds the logs of targets earlier runs tested and this one did not;
+# tools/test_summary.py counts only a target's newest set of shard logs).
 define bazel_test
 	@echo "== bazel test $(2) ($(1))"
 	@rc=0; bep=$(OUT)/bazel-events-$(1).json; mkdir -p $(OUT); \
 	$(BAZEL) test --build_event_json_file=$$bep $(3) $(2) || rc=$$?; \
 	rm -rf $(TESTLOGS)/$(1); mkdir -p $(TESTLOGS)/$(1); \
-	for dir in $$($(PYTHON) -c 'import json, sys; [print(e["id"]["testSummary"]["label"][2:].replace(":", "/")) for e in map(json.loads, open(sys.argv[1])) if "testSummary" in e.get("id", {})]' $$bep); do \
+	for dir in $$($(PYTHON) tools/bazel_tested.py $$bep); do \
 	  mkdir -p $(TESTLOGS)/$(1)/$$(dirname $$dir); \
 	  cp -rL --preserve=timestamps bazel-testlogs/$$dir $(TESTLOGS)/$(1)/$$dir 2>/dev/null || true; \
 	done; \
