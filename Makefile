@@ -175,7 +175,9 @@ define bazel_test
 	@rc=0; bep=$(OUT)/bazel-events-$(1).json; mkdir -p $(OUT); \
 	$(BAZEL) test --build_event_json_file=$$bep $(3) $(2) || rc=$$?; \
 	rm -rf $(TESTLOGS)/$(1); mkdir -p $(TESTLOGS)/$(1); \
-	for dir in $$($(PYTHON) tools/bazel_tested.py $$bep); do \
+	dirs=$$($(PYTHON) tools/bazel_tested.py $$bep); \
+	if [ -z "$$dirs" ]; then echo "make: no tested target in $$bep"; rc=1; fi; \
+	for dir in $$dirs; do \
 	  mkdir -p $(TESTLOGS)/$(1)/$$(dirname $$dir); \
 	  cp -rL --preserve=timestamps bazel-testlogs/$$dir $(TESTLOGS)/$(1)/$$dir 2>/dev/null || true; \
 	done; \
