@@ -184,11 +184,10 @@ define bazel_test
 	exit $$rc
 endef
 
-# The tools' own tests (the benchmark report and comparison, the OpenReg check; pytest, a few
-# seconds), then Bazel's tests;
-# both run whatever the other's outcome.
+# The tools' own tests (the benchmark report and comparison, the OpenReg check, the Bazel log
+# selection; pytest, a few seconds), then Bazel's tests; both run whatever the other's outcome.
 BENCH_TOOLS_TESTS := tools/tests/test_bench_report.py tools/tests/test_bench_compare.py \
-	tools/tests/test_openreg_run.py
+	tools/tests/test_openreg_run.py tools/tests/test_bazel_tested.py
 test-default: deps-python
 	@rc=0; $(PYTHON) -m pytest -q -p no:cacheprovider $(BENCH_TOOLS_TESTS) \
 	  --junitxml=$(TESTLOGS)/bench-tools/test.xml || rc=1; \

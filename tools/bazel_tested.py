@@ -16,7 +16,8 @@ def tested_dirs(events_path):
         for line in f:
             summary = json.loads(line).get("id", {}).get("testSummary")
             if summary:
-                yield summary["label"].lstrip("/").replace(":", "/")
+                package, _, name = summary["label"].removeprefix("//").partition(":")
+                yield f"{package}/{name}" if package else name
 
 
 if __name__ == "__main__":
