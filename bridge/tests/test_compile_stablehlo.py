@@ -161,6 +161,39 @@ def test_checkpointed_dropout_is_drawn_outside_and_recomputed_in_the_backward(de
         assert r.draws == 1 and r.eager == 0 and r.lowered == r.total, str(r)
 
 
+MANY_INPUTS_CHILD = textwrap.dedent("""
+    import torch, torch_hal
+    device = torch.device(torch_hal.device_type(), 0)
+    module = torch.get_device_module(device)
+    torch.manual_seed(0)
+    xs = [torch.randn(8, device=device) for _ in range(60)]
+
+    def f(*xs):  # 60 inputs and 10 results: 70 tensors, more than one launch passes
+        return tuple(sum(xs[i::10]).tanh() * (i + 1) for i in range(10))
+
+    compiled = torch.compile(f)
+    compiled(*xs)
+    module.synchronize()
+    marker = torch.empty(40 << 20, dtype=torch.uint8, device=device)  # a segment of its own
+    outs = [compiled(*xs) for _ in range(3)]
+    module.synchronize()
+    for got in outs:
+        for g, want in zip(got, f(*xs)):
+            torch.testing.assert_close(g.cpu(), want.cpu())
+    print("OK")
+""")
+
+
+@pytest.mark.own_backend_trainium
+def test_a_graph_over_the_launch_limit_runs_as_one_program(traced_child):
+    """A graph whose module passes more tensors than one launch takes (HAL_KERNEL_ARGS_MAX)
+    still runs as one program per call: a few of its inputs are copied into one buffer on the
+    device, which the module slices. The results are eager's."""
+    calls = traced_child(MANY_INPUTS_CHILD)
+    assert calls.count("kernel_launch") == 3, calls
+    assert "stream_synchronize" not in calls, calls
+
+
 def test_results_keep_eagers_strides(device):
     """A region's result that eager traced as a transpose gets eager's strides back (what
     follows it, or the caller, may depend on them), and an input traced so is passed as it is:

@@ -503,9 +503,11 @@ def test_gpt_block_lowered_fraction():
     assert fraction >= GPT_BLOCK_LOWERED_FLOOR
 
 
-def test_a_region_over_the_launch_limit_runs_in_pieces():
+def test_a_region_over_the_launch_limit_shares_a_parameter():
     """A region whose module would pass more tensors than one launch takes (HAL_KERNEL_ARGS_MAX
-    on a device; 6 here) runs as pieces, each within the limit, with the same result."""
+    on a device; 8 here) still runs as one program where some of its inputs can share one
+    parameter: the fewest, smallest inputs of one dtype are copied into one buffer and the
+    module slices them out. The result is the graph's."""
     def f(*xs):
         acc = xs[0].sin()
         outs = []
@@ -515,17 +517,46 @@ def test_a_region_over_the_launch_limit_runs_in_pieces():
         return tuple(outs)
 
     torch.manual_seed(0)
-    xs = [torch.randn(5) for _ in range(6)]
+    xs = [torch.randn(2, 5) if i == 4 else torch.randn(5) for i in range(6)]  # 4: larger
+    graphs = _capture(f, *xs)
+    split, report = shlo.partition(graphs[0]["gm"], graphs[0]["example"],
+                                   executor=shlo.run_with_jax, max_tensors=8)
+    assert report.lowered == report.total and len(report.submodules) == 1
+    region = getattr(split, report.submodules[0])
+    assert len(region.lowered.input_specs) + len(region.lowered.result_specs) == 11
+    assert region.chunks is None and region.packing is not None
+    packed = region.packing
+    assert len(packed.lowered.input_specs) + len(packed.lowered.result_specs) == 8
+    assert [i for i, _, _ in packed.packed] == [0, 1, 2, 3]  # four inputs in one: 11 - 3
+    assert packed.kept == (4, 5) and packed.numel == 20
+    outs = split(*_clone(xs))
+    assert _max_diff(list(outs), list(f(*xs))) <= 1e-5
+
+
+def test_a_region_over_the_launch_limit_runs_in_pieces():
+    """A region whose results alone pass more tensors than one launch takes (6 here) runs as
+    pieces, each within the limit, with the same result."""
+    def f(a, b):
+        acc = a.sin()
+        outs = []
+        for i in range(8):
+            acc = acc * 0.5 + (b * i).cos()
+            outs.append(acc.tanh())
+        return tuple(outs)
+
+    torch.manual_seed(0)
+    xs = [torch.randn(5) for _ in range(2)]
     graphs = _capture(f, *xs)
     split, report = shlo.partition(graphs[0]["gm"], graphs[0]["example"],
                                    executor=shlo.run_with_jax, max_tensors=6)
     assert report.lowered == report.total and len(report.submodules) == 1
     region = getattr(split, report.submodules[0])
     assert len(region.lowered.input_specs) + len(region.lowered.result_specs) > 6
+    assert region.packing is None
     pieces = list(region.chunks.children())
     assert len(pieces) >= 2
-    for piece in pieces:
-        lowered = piece.lowered
+    for piece in pieces:  # within the limit (a piece may share a parameter), or cut again
+        lowered = piece.packing.lowered if piece.packing else piece.lowered
         assert len(lowered.input_specs) + len(lowered.result_specs) <= 6 or piece.chunks
     outs = split(*_clone(xs))
     assert _max_diff(list(outs), list(f(*xs))) <= 1e-5
