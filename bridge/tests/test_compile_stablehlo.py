@@ -161,6 +161,58 @@ def test_checkpointed_dropout_is_drawn_outside_and_recomputed_in_the_backward(de
         assert r.draws == 1 and r.eager == 0 and r.lowered == r.total, str(r)
 
 
+def test_the_backward_replays_the_forwards_kept_draw(device, monkeypatch):
+    """A checkpointed dropout's replay in the backward takes the mask the forward drew from the
+    same state instead of drawing it on the host again; nothing stays kept after the backward."""
+    from torch_hal import stablehlo_dropout
+
+    _fresh()
+    draws = []
+    real = stablehlo_dropout.draw_bernoulli
+    monkeypatch.setattr(stablehlo_dropout, "draw_bernoulli",
+                        lambda *a: draws.append(a) or real(*a))
+    x = torch.randn(6, 40, device=device)
+    runs = []
+    for fn in (_checkpointed, torch.compile(_checkpointed)):
+        a = x.clone().requires_grad_(True)
+        torch.manual_seed(7)
+        fn(a).sum().backward()
+        runs.append(a.grad.cpu())
+    torch.testing.assert_close(runs[1], runs[0])
+    assert len(draws) == 1 and draws[0][1] == torch.uint8, draws  # the forward's, as bytes
+    assert len(stablehlo_dropout._kept) == 0
+
+
+def test_kept_draws_are_found_by_state_and_dropped_with_it(device):
+    """The kept draws: found by the state tensor or an equal copy of it (a saved-tensor hook),
+    for the same shape, dtype, device and p only, taken once; dropped when the state is freed.
+    A replay that finds none draws from the state, the same numbers."""
+    from torch_hal.stablehlo_dropout import (_KeptDraws, draw_bernoulli_from_state,
+                                             draw_bernoulli_saving_state)
+
+    kept = _KeptDraws()
+    state = torch.get_device_module(device.type).get_rng_state()
+    draw = torch.ones(3, device=device)
+    key = ((3,), torch.uint8, str(device), 0.5)
+    kept.keep(state, key, draw)
+    assert kept.take(state, ((3,), torch.uint8, str(device), 0.25)) is None
+    assert kept.take(state.clone(), key) is draw
+    assert kept.take(state, key) is None and len(kept) == 0
+    kept.keep(state, key, draw)
+    del state
+    assert len(kept) == 0
+
+    module = torch.get_device_module(device.type)
+    torch.manual_seed(11)
+    saved, first = draw_bernoulli_saving_state([64], torch.uint8, device, 0.5)
+    after = module.get_rng_state()
+    replayed = draw_bernoulli_from_state(saved.clone(), [64], torch.uint8, device, 0.5)
+    assert replayed is first  # kept
+    fresh = draw_bernoulli_from_state(saved, [64], torch.uint8, device, 0.5)  # taken: drawn
+    assert fresh is not first and torch.equal(fresh.cpu(), first.cpu())
+    assert torch.equal(module.get_rng_state(), after)  # a replay leaves the generator as it was
+
+
 MANY_INPUTS_CHILD = textwrap.dedent("""
     import torch, torch_hal
     device = torch.device(torch_hal.device_type(), 0)

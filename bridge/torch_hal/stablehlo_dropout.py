@@ -6,19 +6,29 @@ higher-order operators (``run_and_save_rng_state`` in a forward, ``run_with_rng_
 backward that recomputes it under activation checkpointing), becomes:
 
 - a draw, run eagerly with the device generator: :func:`draw_bernoulli` (or the variants that
-  save or replay the generator's state as the operators do), exactly what eager
-  ``native_dropout`` draws before it scales the mask;
-- the arithmetic on it, which lowers: ``noise = draw * (1 / (1 - p))`` with eager's constant
-  (computed by the same CPU kernel eager's ``noise.div_(1 - p)`` runs), ``x * noise``, and
-  ``draw != 0`` as the mask.
+  save or replay the generator's state as the operators do), exactly the numbers eager
+  ``native_dropout`` draws before it scales the mask, as bytes (0 or 1: a quarter of a float32
+  mask's bytes to copy to the device);
+- the arithmetic on it, which lowers: the draw converted to ``x``'s dtype, ``noise = draw *
+  (1 / (1 - p))`` with eager's constant (computed by the same CPU kernel eager's
+  ``noise.div_(1 - p)`` runs), ``x * noise``, and the converted draw ``!= 0`` as the mask.
 
 A draw is placed right after the random op before it (or the placeholders), so draws keep
 eager's order and do not cut the lowered regions around them. Other random ops stay eager
 nodes; :func:`is_random` tells them (the higher-order operators included).
+
+The backward's replay of a checkpointed dropout draws what the forward drew from the same saved
+state, so the forward's draw is kept for it (:func:`draw_bernoulli_saving_state`) and the replay
+takes it (:func:`draw_bernoulli_from_state`) instead of drawing on the host and copying again.
+A kept draw lives as long as the forward's saved state, one byte per element (what eager dropout
+without checkpointing keeps for its backward); a replay that finds none (the state was copied
+by a saved-tensor hook, or a second backward) draws from the state as before.
 """
 
 import contextlib
 import operator
+import threading
+import weakref
 
 import torch
 import torch.fx
@@ -66,16 +76,69 @@ def draw_bernoulli(shape, dtype, device, p):
     return torch.empty(shape, dtype=dtype, device=device).bernoulli_(p)
 
 
+class _KeptDraws:
+    """The forward's draws under a saved generator state, for the backward's replay: entries
+    ``(weak reference to the state, what was drawn, the draw)``, each dropped when its state
+    is freed or a replay takes it."""
+
+    def __init__(self):
+        # Reentrant: a state freed while the lock is held (by the collector) runs ``forget``.
+        self._lock = threading.RLock()
+        self._entries = {}  # id(state) -> (weakref to the state, key, draw)
+
+    def keep(self, state, key, draw):
+        ident = id(state)
+
+        def forget(_ref, ident=ident):
+            with self._lock:
+                entry = self._entries.get(ident)
+                if entry is not None and entry[0]() is None:
+                    del self._entries[ident]
+
+        with self._lock:
+            self._entries[ident] = (weakref.ref(state, forget), key, draw)
+
+    def take(self, state, key):
+        """The draw kept for ``state`` (the same tensor, or one with equal contents) and
+        ``key``, removed; None when there is none."""
+        with self._lock:
+            entry = self._entries.get(id(state))
+            if entry is None or entry[0]() is not state:
+                entry = next((e for e in list(self._entries.values())
+                              if e[1] == key and (s := e[0]()) is not None
+                              and s.shape == state.shape and torch.equal(s, state)), None)
+            elif entry[1] != key:
+                entry = None
+            if entry is None:
+                return None
+            self._entries.pop(id(entry[0]()), None)
+            return entry[2]
+
+    def __len__(self):
+        with self._lock:
+            return len(self._entries)
+
+
+_kept = _KeptDraws()
+
+
 def draw_bernoulli_saving_state(shape, dtype, device, p):
     """``(the device generator's state, draw_bernoulli(...))``, as ``run_and_save_rng_state``
-    returns the state before its op and the op's result."""
+    returns the state before its op and the op's result. The draw is kept for the replay of
+    the same state (:func:`draw_bernoulli_from_state`) while the state lives."""
     state = torch.get_device_module(torch.device(device).type).get_rng_state()
-    return state, draw_bernoulli(shape, dtype, device, p)
+    draw = draw_bernoulli(shape, dtype, device, p)
+    _kept.keep(state, (tuple(shape), dtype, str(torch.device(device)), p), draw)
+    return state, draw
 
 
 def draw_bernoulli_from_state(rng_state, shape, dtype, device, p):
     """:func:`draw_bernoulli` from the generator state ``rng_state``, the state restored after,
-    as ``run_with_rng_state`` replays its op."""
+    as ``run_with_rng_state`` replays its op: the forward's draw from that state where it was
+    kept, the same numbers."""
+    kept = _kept.take(rng_state, (tuple(shape), dtype, str(torch.device(device)), p))
+    if kept is not None:
+        return kept
     module = torch.get_device_module(torch.device(device).type)
     current = module.get_rng_state()
     module.set_rng_state(rng_state.cpu())
@@ -161,7 +224,7 @@ def _rewrite(graph, node, last_random):
     keep = 1.0 - p
     with unset_fake_temporarily():  # compiling runs under the graph's fake mode
         scale = torch.ones(1, dtype=xval.dtype).div_(keep).item()  # eager's noise.div_(1 - p)
-    what = (list(xval.shape), xval.dtype, xval.device, keep)
+    what = (list(xval.shape), torch.uint8, xval.device, keep)
     state = None
     if hop == "run_with_rng_state":
         # After the saved state's node (and the placeholders): the replay needs nothing else.
@@ -181,14 +244,18 @@ def _rewrite(graph, node, last_random):
     # draws themselves touch the generator, which fake tensors cannot.
     mode = getattr(xval, "fake_mode", None)
     with mode if mode is not None else contextlib.nullcontext():
-        draw.meta["val"] = torch.empty_like(xval)
+        draw.meta["val"] = torch.empty_like(xval, dtype=torch.uint8)
     if hop == "run_and_save_rng_state":
         state.meta["val"] = _val(node)[0]
         saved.meta["val"] = (state.meta["val"], draw.meta["val"])
     with graph.inserting_before(node):
-        noise = graph.call_function(aten.mul.Scalar, (draw, scale))
+        drawn = graph.call_function(torch.ops.prims.convert_element_type.default,
+                                    (draw, xval.dtype))
+        noise = graph.call_function(aten.mul.Scalar, (drawn, scale))
         out = graph.call_function(aten.mul.Tensor, (x, noise))
-        mask = graph.call_function(aten.ne.Scalar, (draw, 0))
+        # Compared after the conversion: torch-mlir 20261001 compares u8 as signed, which
+        # XLA's verifier rejects.
+        mask = graph.call_function(aten.ne.Scalar, (drawn, 0))
     results = (out, mask)
     for user in list(node.users):
         if hop == "run_and_save_rng_state" and user.args[1] == 0:
