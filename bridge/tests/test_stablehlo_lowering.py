@@ -503,11 +503,13 @@ def test_gpt_block_lowered_fraction():
     assert fraction >= GPT_BLOCK_LOWERED_FLOOR
 
 
-def test_a_region_over_the_launch_limit_shares_a_parameter():
+def test_a_region_over_the_launch_limit_shares_a_parameter(tmp_path, monkeypatch):
     """A region whose module would pass more tensors than one launch takes (HAL_KERNEL_ARGS_MAX
     on a device; 8 here) still runs as one program where some of its inputs can share one
     parameter: the fewest, smallest inputs of one dtype are copied into one buffer and the
-    module slices them out. The result is the graph's."""
+    module slices them out. The result is the graph's. Partitioned again, the packed module
+    comes from the lowering cache without its graph being built."""
+    monkeypatch.setenv("TORCH_HAL_STABLEHLO_CACHE", str(tmp_path))
     def f(*xs):
         acc = xs[0].sin()
         outs = []
@@ -531,6 +533,15 @@ def test_a_region_over_the_launch_limit_shares_a_parameter():
     assert packed.kept == (4, 5) and packed.numel == 20
     outs = split(*_clone(xs))
     assert _max_diff(list(outs), list(f(*xs))) <= 1e-5
+
+    partition_module = sys.modules[shlo.__name__.rsplit(".", 1)[0] + ".stablehlo_partition"]
+    monkeypatch.setattr(partition_module, "_graph_with_packed_inputs",
+                        lambda *args: pytest.fail("the packed graph was built again"))
+    split, report = shlo.partition(graphs[0]["gm"], graphs[0]["example"],
+                                   executor=shlo.run_with_jax, max_tensors=8)
+    again = getattr(split, report.submodules[0]).packing
+    assert again.lowered.cache_key == packed.lowered.cache_key and again.packed == packed.packed
+    assert _max_diff(list(split(*_clone(xs))), list(f(*xs))) <= 1e-5
 
 
 def test_a_region_over_the_launch_limit_runs_in_pieces():

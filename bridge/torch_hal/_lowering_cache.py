@@ -92,6 +92,15 @@ def graph_key(gm):
     return digest.hexdigest()
 
 
+def derived_key(*parts):
+    """The cache key (hex) of a lowering named by ``parts`` (strings: a module's cache key and
+    what was done to it) rather than by its graph, under this toolchain."""
+    digest = hashlib.sha256(_toolchain().encode())
+    for part in parts:
+        digest.update(b"\0" + part.encode())
+    return digest.hexdigest()
+
+
 def _path(key):
     root = directory()
     return None if root is None else os.path.join(root, key[:2], key + ".json")
