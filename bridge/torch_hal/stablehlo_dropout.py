@@ -102,17 +102,22 @@ class _KeptDraws:
         """The draw kept for ``state`` (the same tensor, or one with equal contents) and
         ``key``, removed; None when there is none."""
         with self._lock:
+            found = None
             entry = self._entries.get(id(state))
-            if entry is None or entry[0]() is not state:
-                entry = next((e for e in list(self._entries.values())
-                              if e[1] == key and (s := e[0]()) is not None
-                              and s.shape == state.shape and torch.equal(s, state)), None)
-            elif entry[1] != key:
-                entry = None
-            if entry is None:
+            if entry is not None and entry[0]() is state:
+                found = id(state) if entry[1] == key else None
+            else:
+                for ident, (ref, kept_key, _draw) in list(self._entries.items()):
+                    kept_state = ref()
+                    if (kept_key == key and kept_state is not None
+                            and kept_state.shape == state.shape
+                            and kept_state.device == state.device
+                            and torch.equal(kept_state, state)):
+                        found = ident
+                        break
+            if found is None:
                 return None
-            self._entries.pop(id(entry[0]()), None)
-            return entry[2]
+            return self._entries.pop(found)[2]
 
     def __len__(self):
         with self._lock:
