@@ -56,8 +56,11 @@ def main():
           f"{name} compiled vs cpu eager {vs_eager:.3e}, vs cpu compiled {vs_inductor:.3e}")
     share = dev_log.get("device_programs")
     if share:
-        drawn = (f"; {share['draws']} dropout mask(s) drawn outside the programs"
-                 if share.get("draws") else "")
+        draws, replays = share.get("draws", 0), share.get("replays", 0)
+        drawn = (f"; {draws - replays} dropout mask(s) drawn outside the programs"
+                 if draws > replays else "")
+        if replays:
+            drawn += f", {replays} replayed (the forward's draws, where kept)"
         print(f"aten nodes run as device programs: {share['lowered']}/{share['total']} "
               f"({100.0 * share['lowered'] / max(share['total'], 1):.1f}%){drawn}")
         for line in share.get("graphs", []):

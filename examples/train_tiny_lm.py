@@ -374,6 +374,7 @@ def device_program_share():
     return {"lowered": sum(r.lowered for _, _, r in reports),
             "total": sum(r.total for _, _, r in reports),
             "draws": sum(getattr(r, "draws", 0) for _, _, r in reports),
+            "replays": sum(getattr(r, "replays", 0) for _, _, r in reports),
             "graphs": [f"{kind}: {r}" for _, kind, r in reports]}
 
 

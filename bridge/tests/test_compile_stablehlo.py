@@ -159,6 +159,9 @@ def test_checkpointed_dropout_is_drawn_outside_and_recomputed_in_the_backward(de
     assert set(reports) == {"forward", "backward"}
     for r in reports.values():
         assert r.draws == 1 and r.eager == 0 and r.lowered == r.total, str(r)
+    assert reports["forward"].replays == 0 and "1 dropout mask(s) drawn" in str(reports["forward"])
+    assert reports["backward"].replays == 1 and "drawn" not in str(reports["backward"])
+    assert "1 dropout mask(s) replayed" in str(reports["backward"])
 
 
 def test_the_backward_replays_the_forwards_kept_draw(device, monkeypatch):

@@ -20,7 +20,8 @@ import torch.fx
 from . import _lowering_cache
 from .stablehlo import (_TORCH_MLIR_HINT, LoweredGraph, LoweringError, _cache_entry,
                         _ensure_metadata, _from_cache_entry, _val, lower)
-from .stablehlo_dropout import draw_dropout_masks_outside, is_random, rng_hop_name
+from .stablehlo_dropout import (draw_bernoulli_from_state, draw_dropout_masks_outside,
+                                is_random, rng_hop_name)
 
 __all__ = ["LoweredSubmodule", "PartitionReport", "partition"]
 
@@ -142,7 +143,9 @@ class PartitionReport:
     """What :func:`partition` lowered: counts of op nodes (aten and other operator overloads;
     getitem and placeholders are not counted), the eager ones by op name, and why they did not
     lower; ``draws``: the dropout masks drawn outside the programs (not op nodes of the graph:
-    passed in, as AWS's Neuron backend does)."""
+    passed in, as AWS's Neuron backend does); ``replays``: of those, the ones a backward
+    recomputes from a forward's saved generator state (the forward's draw where it was kept,
+    else drawn again)."""
 
     total: int
     lowered: int
@@ -151,6 +154,7 @@ class PartitionReport:
     submodules: list
     reasons: dict
     draws: int = 0
+    replays: int = 0
 
     @property
     def lowered_fraction(self):
@@ -158,8 +162,12 @@ class PartitionReport:
 
     def __str__(self):
         ops = ", ".join(f"{k} x{v}" for k, v in sorted(self.eager_ops.items())) or "none"
-        drawn = (f"; {self.draws} dropout mask(s) drawn outside the programs" if self.draws
-                 else "")
+        drawn = ""
+        if self.draws > self.replays:
+            drawn = f"; {self.draws - self.replays} dropout mask(s) drawn outside the programs"
+        if self.replays:
+            drawn += (f"; {self.replays} dropout mask(s) replayed outside the programs (the "
+                      "forward's draws, where kept)")
         return (f"{self.lowered}/{self.total} op nodes lowered "
                 f"({100.0 * self.lowered_fraction:.1f}%) in {len(self.submodules)} submodule(s); "
                 f"{self.eager} eager: {ops}{drawn}")
@@ -535,6 +543,8 @@ def partition(gm, example_inputs=None, *, executor=None, prefix="lowered_", max_
         raise LoweringError(f"torch-mlir is not installed ({_TORCH_MLIR_HINT})")
     _ensure_metadata(gm, example_inputs)
     gm, draws = draw_dropout_masks_outside(gm)
+    replays = sum(1 for n in gm.graph.nodes
+                  if n.op == "call_function" and n.target is draw_bernoulli_from_state)
     if draws:
         _ensure_metadata(gm, example_inputs)  # the new nodes' values
     support = _Lowerable()
@@ -618,5 +628,6 @@ def partition(gm, example_inputs=None, *, executor=None, prefix="lowered_", max_
     reasons = {k: v for k, v in support.reasons.items() if k in eager}
     return split, PartitionReport(total=total_nodes, lowered=lowered_nodes,
                                   eager=sum(eager.values()), eager_ops=dict(eager),
-                                  submodules=submodules, reasons=reasons, draws=draws)
+                                  submodules=submodules, reasons=reasons, draws=draws,
+                                  replays=replays)
 
