@@ -57,10 +57,12 @@ def main():
     share = dev_log.get("device_programs")
     if share:
         draws, replays = share.get("draws", 0), share.get("replays", 0)
-        drawn = (f"; {draws - replays} dropout mask(s) drawn outside the programs"
-                 if draws > replays else "")
+        masks = []
+        if draws > replays:
+            masks.append(f"{draws - replays} drawn")
         if replays:
-            drawn += f", {replays} replayed (the forward's draws, where kept)"
+            masks.append(f"{replays} replayed (the forward's draws, where kept)")
+        drawn = (f"; dropout masks outside the programs: {', '.join(masks)}" if masks else "")
         print(f"aten nodes run as device programs: {share['lowered']}/{share['total']} "
               f"({100.0 * share['lowered'] / max(share['total'], 1):.1f}%){drawn}")
         for line in share.get("graphs", []):

@@ -37,6 +37,19 @@ def test_within_twice_inductors_deviation_is_met(tmp_path):
     assert "9/10 (90.0%)" in r.stdout and ": met" in r.stdout
 
 
+def test_dropout_masks_drawn_and_replayed_are_told_apart(tmp_path):
+    eager = write(tmp_path, "eager", [4.0, 3.0])
+    inductor = write(tmp_path, "inductor", [4.0, 3.0])
+    for draws, replays, want in ((13, 6, "7 drawn, 6 replayed (the forward's draws"),
+                                 (2, 0, "outside the programs: 2 drawn\n"),
+                                 (3, 3, "outside the programs: 3 replayed")):
+        device = write(tmp_path, "device", [4.0, 3.0], "neuron",
+                       {"lowered": 5, "total": 5, "draws": draws, "replays": replays,
+                        "graphs": []})
+        r = run(eager, inductor, device)
+        assert r.returncode == 0 and want in r.stdout, r.stdout + r.stderr
+
+
 def test_beyond_it_is_missed(tmp_path):
     eager = write(tmp_path, "eager", [4.0, 3.0, 2.0])
     inductor = write(tmp_path, "inductor", [4.0, 3.0, 2.0002])  # 1e-4
