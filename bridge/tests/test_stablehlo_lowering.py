@@ -510,6 +510,7 @@ def test_a_region_over_the_launch_limit_shares_a_parameter(tmp_path, monkeypatch
     module slices them out. The result is the graph's. Partitioned again, the packed module
     comes from the lowering cache without its graph being built."""
     monkeypatch.setenv("TORCH_HAL_STABLEHLO_CACHE", str(tmp_path))
+
     def f(*xs):
         acc = xs[0].sin()
         outs = []
